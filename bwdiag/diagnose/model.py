@@ -1,0 +1,182 @@
+"""The diagnosis: plain, typed data handed from ``diagnose`` to ``report`` (never a DataFrame).
+
+Field names follow the ``bwdiag/diagnosis@1`` contract in DESIGN.md; fields may be added, never
+renamed. ``None`` means unknown (no estimate), never zero.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+SCHEMA = "bwdiag/diagnosis@1"
+
+
+class Bound(str, Enum):
+    """The ceiling class that limits a kernel (or a slice of the timeline)."""
+
+    COMPUTE = "compute"
+    MEMORY = "memory"
+    LATENCY = "latency"
+    COMMUNICATION = "communication"
+    UNKNOWN = "unknown"
+
+
+#: Keys of ``time.by_bound``: the kernel bounds plus GPU idle time.
+TIME_KEYS = ("compute", "memory", "latency", "communication", "idle", "unknown")
+
+
+class FindingKind(str, Enum):
+    FUSION = "fusion"
+    QUANTIZATION = "quantization"
+    PRECISION = "precision"
+    OVERLAP = "overlap"
+    LAUNCH_OVERHEAD = "launch_overhead"
+    BATCHING = "batching"
+    LAYOUT = "layout"
+    CAST = "cast"
+    HOST_BOUND = "host_bound"
+    DATA_LOADER = "data_loader"
+    SYNC = "sync"
+    MEMCPY = "memcpy"
+    OTHER = "other"
+
+
+class SpecSource(str, Enum):
+    TABLE = "table"
+    CALIBRATED = "calibrated"
+    USER = "user"
+    ASSUMED = "assumed"
+
+
+@dataclass(frozen=True)
+class Source:
+    paths: tuple[str, ...]
+    ranks: tuple[int, ...]
+    trace_kind: str  # "gpu" | "cpu"
+    torch_version: str | None = None
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    name: str
+    kind: str  # "gpu" | "cpu"
+    spec_source: str  # SpecSource value
+    peak_flops: dict[str, float]  # dtype -> dense FLOP/s on the fastest unit for that dtype
+    memory_bandwidth: float  # B/s
+    interconnect_bandwidth: float | None  # B/s per GPU, one direction
+    matched_from: str | None = None  # the name as the trace spelled it
+    vector_flops: dict[str, float] = field(default_factory=dict)  # non-tensor-core peaks
+    sources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TimeBreakdown:
+    total_us: float  # mean per rank of the analysed window
+    by_bound: dict[str, float]  # TIME_KEYS -> µs, summing to total_us
+    exposed_communication_us: float
+    communication_overlap_pct: float | None  # None when there is no communication
+    steps: int | None = None  # ProfilerStep count when the trace marks steps
+    step_us: float | None = None
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    """One kernel group: same rank, kernel name, launching op and input shapes."""
+
+    name: str
+    rank: int
+    category: str
+    count: int
+    total_us: float
+    flops: float | None
+    bytes: float | None
+    intensity: float | None
+    achieved_flops_per_s: float | None
+    achieved_bytes_per_s: float | None
+    bound: str  # Bound value
+    ceiling: str  # which roof applies, e.g. "bf16 tensor", "memory", "launch latency"
+    pct_of_ceiling: float | None
+    op: str | None = None
+    shapes: str | None = None
+    dtype: str | None = None
+    module: str | None = None
+    attainable_flops_per_s: float | None = None  # the roof's height at this intensity
+    mean_us: float = 0.0
+
+
+@dataclass(frozen=True)
+class CollectiveRow:
+    name: str
+    rank: int
+    collective: str
+    count: int
+    total_us: float
+    exposed_us: float
+    bytes: float | None  # message size per call
+    algbw: float | None  # B/s
+    busbw: float | None  # B/s
+    pct_of_link: float | None
+    group_size: int | None = None
+    dtype: str | None = None
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # FindingKind value
+    title: str
+    est_saving_us: float
+    est_saving_pct: float
+    evidence: tuple[str, ...]
+    fix: str
+
+
+@dataclass(frozen=True)
+class Coverage:
+    linked_pct: float  # share of kernel time linked to a launching op
+    estimated_pct: float  # share of kernel time with flops or bytes
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    rank: int
+    total_us: float
+    busy_us: float
+    compute_us: float
+    communication_us: float
+    exposed_communication_us: float
+    idle_us: float
+    kernels: int
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    source: Source
+    device: DeviceInfo
+    time: TimeBreakdown
+    kernels: tuple[KernelRow, ...]
+    collectives: tuple[CollectiveRow, ...]
+    findings: tuple[Finding, ...]
+    coverage: Coverage
+    warnings: tuple[str, ...]
+    ranks: tuple[RankSummary, ...] = ()
+    extras: dict[str, Any] = field(default_factory=dict)  # per-issue additions (timeline, idle…)
+    schema: str = SCHEMA
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``diagnosis.json`` object: enums as their values, tuples as lists."""
+        return _plain(dataclasses.asdict(self))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and value != value:  # NaN is not JSON
+        return None
+    return value
