@@ -90,6 +90,13 @@ class DeviceSpec:
         object.__setattr__(self, "tensor_flops", _frozen(self.tensor_flops))
         object.__setattr__(self, "vector_flops", _frozen(self.vector_flops))
 
+    def __hash__(self) -> int:  # the mapping fields are read-only views, hashed by content
+        return hash((
+            self.name, self.kind, self.spec_source, self.memory_bandwidth,
+            self.interconnect_bandwidth, self.matched_from,
+            tuple(sorted(self.tensor_flops.items())), tuple(sorted(self.vector_flops.items())),
+        ))
+
     # -- ceilings ---------------------------------------------------------------------------
 
     def ceiling(self, dtype: str | Dtype | None, tensor: bool) -> tuple[str, float] | None:
