@@ -84,6 +84,16 @@ def test_nothing_known_is_unknown():
     assert p.best_time_s is None and p.pct_of_ceiling is None and p.intensity is None
 
 
+def test_dtype_without_a_compute_roof_is_placed_on_memory_alone():
+    from dataclasses import replace
+
+    no_fp64 = replace(A100, vector_flops={"fp32": 19.5e12}, tensor_flops={})
+    p = place(1e9, 1e9, 1e-3, no_fp64, "fp64", tensor=True)
+    assert p.bound is Bound.MEMORY and p.compute_ceiling is None
+    assert p.best_time_s == pytest.approx(1e9 / 2.039e12)
+    assert place(1e9, None, 1e-3, no_fp64, "fp64", tensor=True).bound is Bound.UNKNOWN
+
+
 def test_exactly_at_the_ridge_is_compute_bound():
     ridge = 312e12 / 2.039e12
     p = place(ridge * 1e6, 1e6, None, A100, "bf16", tensor=True)

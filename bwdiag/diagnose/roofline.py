@@ -86,6 +86,9 @@ def place(
                          peak / bandwidth if peak else None, label, peak, bandwidth)
     if flops is not None and peak is None:
         flops_for_roof = None  # no compute roof for this dtype: place on memory alone
+        if not bytes_:
+            return Placement(None, UNKNOWN_CEILING, None, None, Bound.UNKNOWN, None, None, None,
+                             None, None, None, bandwidth)
     else:
         flops_for_roof = flops
     ridge = peak / bandwidth if peak else None

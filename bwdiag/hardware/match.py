@@ -16,7 +16,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bwdiag.diagnose.model import SpecSource
 from bwdiag.hardware.override import apply_override
 from bwdiag.hardware.spec import GIB, DeviceSpec, TableEntry, fallback_spec, table_entries
 
@@ -329,4 +328,4 @@ def _gib(value: Any) -> float | None:
     return number / GIB if number and number > 0 else None
 
 
-__all__ = ["NameParts", "SpecSource", "find_device", "parse_name", "resolve_device"]
+__all__ = ["NameParts", "find_device", "parse_name", "resolve_device"]

@@ -115,8 +115,8 @@ def _validate(data: dict[str, Any], path: Path) -> None:
             raise fail(key, f"must be a positive number, got {data[key]!r}")
     if "interconnect_bandwidth" in data and data["interconnect_bandwidth"] is not None:
         if not is_positive_number(data["interconnect_bandwidth"]):
-            raise fail("interconnect_bandwidth",
-                       f"must be a positive number of bytes/s or null, got {data['interconnect_bandwidth']!r}")
+            value = data["interconnect_bandwidth"]
+            raise fail("interconnect_bandwidth", f"must be a positive number of bytes/s or null, got {value!r}")
     for key in ("sm_count", "devices_per_package"):
         if key in data:
             value = data[key]
