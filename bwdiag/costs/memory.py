@@ -240,6 +240,9 @@ def reduction(a: OpArgs) -> Cost:
         out_type = "bool"
     t = Traffic()
     t.add(x, in_elem, "input")
+    for i in _inputs(a)[1:]:  # losses read the target too
+        if a.shape(i):
+            t.add(a.shape(i), a.elem(i), "input")
     if op in _INDEX_OUTPUT:
         t.add(out, 8, "indices")
     else:
