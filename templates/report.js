@@ -408,6 +408,14 @@
     if (copy) {
       var text = document.getElementById(copy.getAttribute("data-copy")).textContent;
       var done = function () { copy.textContent = "Copied"; copy.classList.add("done"); setTimeout(function () { copy.textContent = "Copy"; copy.classList.remove("done"); }, 1500); };
+      var selectIt = function () {  /* last resort: select the fix so Ctrl+C copies it */
+        var range = document.createRange();
+        range.selectNodeContents(document.getElementById(copy.getAttribute("data-copy")));
+        var sel = window.getSelection();
+        sel.removeAllRanges();
+        sel.addRange(range);
+        copy.textContent = "Selected: press Ctrl+C";
+      };
       var fallback = function () {
         var ta = el("textarea");
         ta.value = text;
@@ -415,7 +423,9 @@
         ta.style.position = "fixed"; ta.style.opacity = "0";
         document.body.appendChild(ta);
         ta.select();
-        try { if (document.execCommand("copy")) done(); } finally { document.body.removeChild(ta); }
+        var ok = false;
+        try { ok = document.execCommand("copy"); } finally { document.body.removeChild(ta); }
+        if (ok) done(); else selectIt();
       };
       if (navigator.clipboard && window.isSecureContext) navigator.clipboard.writeText(text).then(done, fallback);
       else fallback();
