@@ -5,6 +5,12 @@
 (function () {
   "use strict";
   var D = JSON.parse(document.getElementById("data").textContent);
+  var KCOLS = D.kernels.columns;  /* columnar in the page, one object per group here */
+  D.kernels = D.kernels.rows.map(function (row) {
+    var o = {};
+    for (var i = 0; i < KCOLS.length; i++) o[KCOLS[i]] = row[i];
+    return o;
+  });
   var SVG = "http://www.w3.org/2000/svg";
   var BOUNDS = ["compute", "memory", "latency", "communication", "unknown"];
 

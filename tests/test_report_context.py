@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from bwdiag.report.context import build_context, projected_time
+from bwdiag.report.context import build_context, kernel_records, projected_time
 from tests.report_fixtures import (
     A100, ADD, COPY, GEMM, HOSTILE, HOSTILE_K, NCCL, TRITON, cpu_diagnosis, gpu_diagnosis,
 )
@@ -68,32 +68,32 @@ def test_projection_never_below_zero():
 
 def test_kernels_sorted_by_time_with_shares():
     ctx = build_context(gpu_diagnosis())
-    names = [k["name"] for k in ctx["kernels"]]
+    names = [k["name"] for k in kernel_records(ctx)]
     assert names == [GEMM.name, ADD.name, NCCL.name, COPY.name, TRITON.name, HOSTILE]
     total = 8000 + 4000 + 3000 + 1000 + 600 + 400
     assert ctx["kernel_summary"]["total_us"] == total
     assert ctx["kernel_summary"]["launches"] == 100 + 40 + 8 + 10 + 200 + 4
-    assert ctx["kernels"][0]["share_pct"] == pytest.approx(100 * 8000 / total)
-    assert ctx["kernels"][0]["mean_us"] == 80.0
+    assert kernel_records(ctx)[0]["share_pct"] == pytest.approx(100 * 8000 / total)
+    assert kernel_records(ctx)[0]["mean_us"] == 80.0
 
 
 def test_roofline_points_are_groups_with_flops_and_bytes():
     ctx = build_context(gpu_diagnosis())
     r = ctx["roofline"]
     # GEMM, ADD and the hostile one have flops and bytes; COPY has bytes only, TRITON and NCCL none.
-    assert [ctx["kernels"][p["k"]]["name"] for p in r["points"]] == [GEMM.name, ADD.name, HOSTILE]
+    assert [kernel_records(ctx)[p["k"]]["name"] for p in r["points"]] == [GEMM.name, ADD.name, HOSTILE]
     gemm = r["points"][0]
     assert gemm["x"] == pytest.approx(2 * 2048**3 / (3 * 2048 * 2048 * 2))  # 682.67 FLOP/B
     assert gemm["y"] == pytest.approx(2 * 2048**3 * 100 / 8000e-6)  # 2.147e14 FLOP/s
     assert gemm["b"] == "compute" and gemm["t"] == 8000.0
-    reasons = {ctx["kernels"][u["k"]]["name"]: u["reason"] for u in r["unplotted"]}
+    reasons = {kernel_records(ctx)[u["k"]]["name"]: u["reason"] for u in r["unplotted"]}
     assert reasons == {
         NCCL.name: "communication (see Communication)",
         COPY.name: "moves bytes only (no FLOPs)",
         TRITON.name: "no FLOP or byte estimate",
     }
     assert r["unplotted_us"] == 3000.0 + 1000.0 + 600.0
-    assert [k["plotted"] for k in ctx["kernels"]] == [True, True, False, False, False, True]
+    assert [k["plotted"] for k in kernel_records(ctx)] == [True, True, False, False, False, True]
 
 
 def test_roofs_merge_equal_peaks_and_place_ridges():
@@ -163,15 +163,15 @@ def test_unknown_extras_shown_generically():
 def test_nan_and_inf_become_none():
     k = dataclasses.replace(GEMM, pct_of_ceiling=float("nan"), intensity=float("inf"))
     ctx = build_context(gpu_diagnosis(kernels=(k,)))
-    assert ctx["kernels"][0]["pct_of_ceiling"] is None
-    assert ctx["kernels"][0]["intensity"] is None
+    assert kernel_records(ctx)[0]["pct_of_ceiling"] is None
+    assert kernel_records(ctx)[0]["intensity"] is None
     assert ctx["roofline"]["points"] == []  # no finite intensity, so no point
     json.dumps(ctx, allow_nan=False)
 
 
 def test_cpu_trace_without_kernels():
     ctx = build_context(cpu_diagnosis())
-    assert ctx["kernels"] == [] and ctx["roofline"]["points"] == []
+    assert kernel_records(ctx) == [] and ctx["roofline"]["points"] == []
     assert ctx["roofline"]["extent"] is None and ctx["roofline"]["roofs"] == []
     assert ctx["device"]["assumed"] is True
     assert ctx["verdict"]["projected_us"] is None
@@ -181,5 +181,5 @@ def test_cpu_trace_without_kernels():
 
 def test_hostile_kernel_data_is_kept_verbatim():
     ctx = build_context(gpu_diagnosis())
-    row = [k for k in ctx["kernels"] if k["name"] == HOSTILE][0]
+    row = [k for k in kernel_records(ctx) if k["name"] == HOSTILE][0]
     assert row["op"] == HOSTILE_K.op and row["module"] == HOSTILE

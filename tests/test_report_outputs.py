@@ -214,3 +214,22 @@ def test_fmt_units():
     assert fmt_pct(47.26) == "47.3%"
     assert fmt_pct(0.04) == "<0.1%"
     assert fmt_pct(None) == "—"
+
+
+def test_page_stays_small_with_thousands_of_groups():
+    """5,000 groups with 330-character templated names: rows are columnar JSON, built by JS."""
+    from tests.report_fixtures import kernel
+
+    name = ("void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, "
+            "float, float, at::native::binary_internal::MulFunctor<float> >, at::detail::Array<"
+            "char*, 3> >(int, at::native::AUnaryFunctor<float, float, float, at::native::"
+            "binary_internal::MulFunctor<float> >, at::detail::Array<char*, 3>)")
+    rows = tuple(
+        kernel(f"{name}_{i}", total_us=10.0 + i, count=3, flops=1e6 * (i + 1), bytes_=1e7,
+               bound="memory", ceiling="memory", roof=19.5e12, op="aten::mul",
+               module=f"model.layers.{i % 24}.mlp.act", shapes="[[4096, 11008], []]")
+        for i in range(5000)
+    )
+    html = render_html(gpu_diagnosis(kernels=rows))
+    assert len(html.encode()) < 5_000_000
+    assert html.count("<tr") < 100  # no server-rendered kernel rows

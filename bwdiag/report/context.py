@@ -84,7 +84,7 @@ def build_context(diagnosis: Diagnosis) -> dict:
         "verdict": _verdict(diagnosis),
         "device": _device(diagnosis),
         "roofline": _roofline(diagnosis, kernels),
-        "kernels": kernel_rows,
+        "kernels": _columns(kernel_rows),
         "kernel_summary": {
             "groups": len(kernels),
             "launches": sum(k.count for k in kernels),
@@ -288,6 +288,26 @@ def _roofline(d: Diagnosis, kernels: list[KernelRow]) -> dict:
 
 
 # ---------------------------------------------------------------------------------------- kernels
+
+
+#: Columns of ``ctx["kernels"]``; rows are lists in this order (names are not repeated per row,
+#: which keeps pages of traces with thousands of kernel groups small).
+KERNEL_COLUMNS = (
+    "name", "rank", "category", "op", "module", "shapes", "dtype", "count", "total_us",
+    "mean_us", "share_pct", "flops", "bytes", "intensity", "achieved_flops_per_s",
+    "achieved_bytes_per_s", "attainable_flops_per_s", "bound", "ceiling", "pct_of_ceiling",
+    "plotted",
+)
+
+
+def kernel_records(ctx: dict) -> list[dict]:
+    """The kernel table of a context as one dict per group (what the page's JS rebuilds)."""
+    columns = ctx["kernels"]["columns"]
+    return [dict(zip(columns, row)) for row in ctx["kernels"]["rows"]]
+
+
+def _columns(rows: list[dict]) -> dict:
+    return {"columns": list(KERNEL_COLUMNS), "rows": [[r[c] for c in KERNEL_COLUMNS] for r in rows]}
 
 
 def _kernel_rows(kernels: list[KernelRow]) -> list[dict]:
