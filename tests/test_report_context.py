@@ -183,3 +183,14 @@ def test_hostile_kernel_data_is_kept_verbatim():
     ctx = build_context(gpu_diagnosis())
     row = [k for k in kernel_records(ctx) if k["name"] == HOSTILE][0]
     assert row["op"] == HOSTILE_K.op and row["module"] == HOSTILE
+
+
+def test_numpy_and_odd_values_in_extras_are_made_json_safe():
+    import numpy as np
+
+    d = gpu_diagnosis(extras={"idle_breakdown": {"host_wait_us": np.float64(12.5),
+                                                 "count": np.int64(3)},
+                              "odd": {"when": object.__name__, "set": frozenset({1})}})
+    ctx = build_context(d)
+    json.dumps(ctx, allow_nan=False)
+    assert [r["value"] for r in ctx["idle"]["rows"]] == ["12.5 µs", "3"]

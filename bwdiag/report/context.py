@@ -8,6 +8,8 @@ second, percentages ×100, and anything unknown is ``None`` (never zero, never N
 from __future__ import annotations
 
 import math
+import numbers
+from enum import Enum
 from pathlib import PurePath
 from typing import Any
 
@@ -432,13 +434,19 @@ def _positive(value: Any) -> bool:
 
 
 def _clean(value: Any) -> Any:
-    """Enums to values, tuples to lists, NaN/inf to None: JSON-safe all the way down."""
-    if isinstance(value, float):
+    """JSON-safe all the way down: enums to values, tuples/sets to lists, NaN/inf to None,
+    numpy-style scalars to Python numbers, anything else unknown to its ``str``."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, Enum):
+        return _clean(value.value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        value = float(value)
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
         return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, (list, tuple, set, frozenset)):
         return [_clean(v) for v in value]
-    if hasattr(value, "value") and hasattr(type(value), "__members__"):  # Enum
-        return value.value
-    return value
+    return str(value)

@@ -16,6 +16,7 @@ numbers are µs as well.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 from bwdiag.report.units import fmt_bandwidth, fmt_bytes, fmt_count, fmt_pct, fmt_si, fmt_time
@@ -38,7 +39,7 @@ def humanize(key: str) -> str:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def format_value(key: str, value: Any, *, time_valued: bool = False) -> str:
@@ -62,9 +63,11 @@ def format_value(key: str, value: Any, *, time_valued: bool = False) -> str:
         return fmt_si(value, "FLOP/s")
     if k.endswith("bytes"):
         return fmt_bytes(value)
+    if k.endswith("count") or k.startswith("n_") or k.startswith("num_"):
+        return fmt_count(value)
     if time_valued:
         return fmt_time(value)
-    if isinstance(value, int) or float(value).is_integer():
+    if isinstance(value, numbers.Integral) or float(value).is_integer():
         return fmt_count(value)
     return f"{value:.4g}"
 
@@ -73,7 +76,10 @@ def _is_time_key(key: str, time_valued: bool) -> bool:
     k = str(key).lower()
     if k.endswith("_us"):
         return True
-    return time_valued and not (k.endswith("pct") or k.endswith("count") or k.endswith("bytes"))
+    return time_valued and not (
+        k.endswith("pct") or k.endswith("count") or k.endswith("bytes")
+        or k.startswith("n_") or k.startswith("num_")
+    )
 
 
 def display_tree(key: str, value: Any, *, time_valued: bool | None = None, depth: int = 0) -> dict:

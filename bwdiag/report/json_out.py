@@ -15,7 +15,8 @@ def render_json(diagnosis: Diagnosis) -> bytes:
 
     NaN and ±inf become ``null`` (unknown), so every JSON parser reads the file.
     """
-    return orjson.dumps(_finite(diagnosis.to_dict()), option=orjson.OPT_INDENT_2) + b"\n"
+    option = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+    return orjson.dumps(_finite(diagnosis.to_dict()), option=option) + b"\n"
 
 
 def _finite(value: Any) -> Any:

@@ -7,6 +7,7 @@ The page's JavaScript formats the kernel table and the roofline with the same ru
 from __future__ import annotations
 
 import math
+import numbers
 
 _SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 
@@ -26,7 +27,7 @@ def _sig(value: float, digits: int = 3) -> str:
 
 
 def _finite(value: float | None) -> bool:
-    return value is not None and isinstance(value, (int, float)) and math.isfinite(value)
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def fmt_time(us: float | None) -> str:
