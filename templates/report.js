@@ -113,7 +113,7 @@
     box.appendChild(root);
     if (!R.extent) {
       var msg = D.kernels.length ? "No kernel group has both a FLOP and a byte estimate, so none can be placed on the roofline."
-        : "No device kernels in this trace: nothing to place on a roofline.";
+        : "No " + D.item_label.toLowerCase() + "s in this trace: nothing to place on a roofline.";
       root.appendChild(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle", "class": "empty" }, msg));
       return;
     }
@@ -244,7 +244,7 @@
     var cols = [];
     if (D.multi_rank) cols.push({ key: "rank", label: "Rank", num: true, fmt: String });
     cols.push(
-      { key: "name", label: "Kernel", cls: "name" },
+      { key: "name", label: D.item_label, cls: "name" },
       { key: "category", label: "Category" },
       { key: "op", label: "Op", cls: "mono" },
       { key: "module", label: "Module", cls: "mono" },

@@ -83,6 +83,8 @@ def build_context(diagnosis: Diagnosis) -> dict:
             "torch_version": diagnosis.source.torch_version,
         },
         "multi_rank": len(ranks) > 1,
+        # What a row of the kernel table is: GPU kernels, or leaf CPU ops in a CPU-only trace.
+        "item_label": "CPU op" if diagnosis.source.trace_kind == "cpu" else "Kernel",
         "verdict": _verdict(diagnosis),
         "device": _device(diagnosis),
         "roofline": _roofline(diagnosis, kernels),
