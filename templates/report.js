@@ -113,7 +113,7 @@
     box.appendChild(root);
     if (!R.extent) {
       var msg = D.kernels.length ? "No kernel group has both a FLOP and a byte estimate, so none can be placed on the roofline."
-        : "No " + D.item_label.toLowerCase() + "s in this trace: nothing to place on a roofline.";
+        : "No " + (D.item_label === "Kernel" ? "kernel" : D.item_label) + "s in this trace: nothing to place on a roofline.";
       root.appendChild(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle", "class": "empty" }, msg));
       return;
     }

@@ -157,4 +157,4 @@ def test_two_rank_fixture_report(browser):
 
 def test_cpu_fixture_report(browser):
     _load(browser, cpu_diagnosis(), "fixture-cpu")
-    assert "No cpu ops in this trace" in browser.evaluate("document.getElementById('roof-chart').textContent")
+    assert "No CPU ops in this trace" in browser.evaluate("document.getElementById('roof-chart').textContent")
