@@ -137,6 +137,10 @@ def test_terminal_summary_has_verdict_and_findings():
     assert "… and 1 more in the report" in text
     assert "Projected after fixes: 3 ms" in text and "1.67× faster" in text
     assert "report: out/report.html" in text
+    # Top kernels by time: the GEMM (8 ms, 8000/17000 = 47.1% of kernel time) first.
+    assert "Top kernels by time" in text
+    # (2*2048^3*100 FLOP / 8 ms = 214.7 TFLOP/s = 68.8% of 312 TFLOP/s)
+    assert re.search(r"sm80_xmma_gemm\S* │ 8 ms │ 47.1% │ compute │ 68.8%", text)
 
 
 def test_terminal_summary_goes_to_stderr_by_default(capsys):

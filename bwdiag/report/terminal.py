@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from bwdiag.diagnose.model import Diagnosis
-from bwdiag.report.context import TOP_FINDINGS, build_context
+from bwdiag.report.context import TOP_FINDINGS, build_context, kernel_records
 from bwdiag.report.units import fmt_pct, fmt_time
 
 #: Colours shared in spirit with the page's CSS (``--c-compute`` …).
@@ -25,6 +25,12 @@ BOUND_STYLES = {
 }
 
 _BAR_WIDTH = 48
+TOP_KERNELS = 5
+
+
+def _shorten(name: str, width: int) -> str:
+    """A kernel name cut to fit a terminal row (templated C++ names run to hundreds of chars)."""
+    return name if len(name) <= width else name[: width - 1] + "…"
 
 
 def print_summary(
@@ -89,6 +95,24 @@ def print_summary(
             console.print(proj)
     else:
         console.print(Text("No findings: nothing bwdiag knows how to fix stands out.", style="dim"))
+
+    records = kernel_records(ctx)
+    if records:
+        noun = ctx["item_label"].lower()
+        table = Table(title=f"Top {noun}s by time", title_justify="left", show_edge=False,
+                      pad_edge=False)
+        # The other columns take 8+6+13+9 cells and 4×3 of separators: names get the rest.
+        width = max(20, console.width - 49)
+        table.add_column(noun, no_wrap=True, overflow="ellipsis", max_width=width)
+        table.add_column("time", justify="right", no_wrap=True, min_width=8)
+        table.add_column("share", justify="right", no_wrap=True, min_width=6)
+        table.add_column("bound", no_wrap=True, min_width=13)
+        table.add_column("% ceiling", justify="right", no_wrap=True, min_width=9)
+        for r in records[:TOP_KERNELS]:
+            table.add_row(_shorten(r["name"], width), fmt_time(r["total_us"]), fmt_pct(r["share_pct"]),
+                          Text(r["bound"], style=BOUND_STYLES.get(r["bound"], "")),
+                          fmt_pct(r["pct_of_ceiling"]))
+        console.print(table)
 
     if dev["assumed"]:
         console.print(Text(f"Device ceilings {dev['spec_source_note']}", style="yellow"))
