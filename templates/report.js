@@ -265,20 +265,26 @@
 
     var tr = el("tr");
     cols.forEach(function (c) {
-      var th = el("th", { "class": c.num ? "num" : null, "data-key": c.key, title: "Sort by " + c.label.toLowerCase() }, c.label);
+      var th = el("th", { "class": c.num ? "num" : null, "data-key": c.key, tabindex: "0", "aria-sort": "none", title: "Sort by " + c.label.toLowerCase() }, c.label);
       ths.push(th);
       tr.appendChild(th);
     });
     tbl.tHead.appendChild(tr);
-    tbl.tHead.addEventListener("click", function (e) {
+    function sortBy(e) {
       var th = e.target.closest("th[data-key]");
       if (!th) return;
+      if (e.type === "keydown") {
+        if (e.key !== "Enter" && e.key !== " ") return;
+        e.preventDefault();
+      }
       var key = th.getAttribute("data-key");
       if (state.sort === key) state.dir = -state.dir;
       else { state.sort = key; state.dir = (cols.filter(function (c) { return c.key === key; })[0].num) ? -1 : 1; }
       state.page = 0;
       update();
-    });
+    }
+    tbl.tHead.addEventListener("click", sortBy);
+    tbl.tHead.addEventListener("keydown", sortBy);
 
     function haystack(r) {
       return [r.name, r.op, r.module, r.shapes, r.category, r.dtype].join("\u0001").toLowerCase();
@@ -353,7 +359,11 @@
       document.getElementById("k-next").disabled = state.page >= pages - 1;
       ths.forEach(function (th) {
         th.classList.remove("sorted-asc", "sorted-desc");
-        if (th.getAttribute("data-key") === state.sort) th.classList.add(state.dir > 0 ? "sorted-asc" : "sorted-desc");
+        th.setAttribute("aria-sort", "none");
+        if (th.getAttribute("data-key") === state.sort) {
+          th.classList.add(state.dir > 0 ? "sorted-asc" : "sorted-desc");
+          th.setAttribute("aria-sort", state.dir > 0 ? "ascending" : "descending");
+        }
       });
     }
     function update() { compute(); render(); }
