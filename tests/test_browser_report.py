@@ -18,7 +18,7 @@ from bwdiag.diagnose.model import Diagnosis, Finding
 from bwdiag.report import render_html, write_atomic
 from tests.browser_cdp import Browser, chromium_binary
 from tests.report_fixtures import (
-    A100_TRAIN, CPU_ONLY, H100_QWEN, HOSTILE, cpu_diagnosis, gpu_diagnosis, real_diagnosis,
+    A100_TRAIN, ADD, COPY, CPU_ONLY, GEMM, H100_QWEN, HOSTILE, cpu_diagnosis, gpu_diagnosis, real_diagnosis,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,6 +143,22 @@ def test_two_rank_fixture_report(browser):
     _load(browser, d, "fixture-two-ranks")
     _check_hostile_is_text(browser)
     assert browser.evaluate("document.querySelectorAll('#r-table tbody tr').length") == 2
+    # Filtering by bound: ADD and COPY are the two memory-bound groups.
+    browser.evaluate("bwdiagReport.table.filter('')")
+    browser.evaluate("(() => { const s = document.getElementById('k-bound'); s.value = 'memory';"
+                     " s.dispatchEvent(new Event('change')); })()")
+    assert browser.evaluate("document.getElementById('k-range').textContent") == "1–2 of 2"
+    names = browser.evaluate("[...document.querySelectorAll('#k-table td.name')].map(t => t.textContent)")
+    assert names == [ADD.name, COPY.name]
+    # Typing in the filter box matches modules too (debounced input event).
+    browser.evaluate("(() => { const i = document.getElementById('k-filter'); i.value = 'layers.0.mlp';"
+                     " i.dispatchEvent(new Event('input')); })()")
+    browser.evaluate("new Promise(r => setTimeout(r, 300))")
+    assert browser.evaluate("document.getElementById('k-range').textContent") == "0 of 0"  # still memory only
+    browser.evaluate("(() => { const s = document.getElementById('k-bound'); s.value = '';"
+                     " s.dispatchEvent(new Event('change')); })()")
+    names = browser.evaluate("[...document.querySelectorAll('#k-table td.name')].map(t => t.textContent)")
+    assert names == [GEMM.name]
     # The copy button puts the fix on the clipboard and says so.
     browser.call("Browser.grantPermissions",
                  permissions=["clipboardReadWrite", "clipboardSanitizedWrite"])
