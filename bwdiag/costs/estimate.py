@@ -138,6 +138,8 @@ def _dispatch(a: OpArgs, category: Category) -> Cost:
         if x is not None and a.elem(0) is not None and n != "record_param_comms":
             return custom.inplace_all_reduce(a)
         return unknown(Category.COMMUNICATION, "message size: use collective_message on the event args")
+    if n.startswith("triton_"):
+        return memory.triton_kernel_op(a, category)
     if n in ELEMENTWISE_OPS:
         return memory.elementwise(a, Category.RANDOM if "dropout" in n else Category.ELEMENTWISE)
     return unknown(category, f"no cost formula for {n}", bwdiag_dtype(a.type(0)))

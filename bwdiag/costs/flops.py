@@ -73,7 +73,7 @@ def gemm(a: OpArgs) -> Cost:
         reads = [(x, a.elem(0)), (w, a.elem(1))]
         for i in (2, 3, a.index("bias")):
             s = a.shape(i)
-            if s is not None:
+            if s:  # row/column-wise scales and bias; 0-dim per-tensor scales count 0 bytes
                 reads.append((s, a.elem(i)))
         return _gemm_cost(f, reads, (x[0], w[1]), dtype_bytes(out_type) or a.elem(0), t)
     if op == "linear":
