@@ -28,6 +28,7 @@ _KERNEL_RULES: list[tuple[str, Category]] = [
      r"|instance_?norm|gammabeta|rowwisemoments|\bbn_|_bn_|welford|norm_kernel|ln_fwd|ln_bwd|normalization", Category.NORM),
     (r"softmax|logsumexp", Category.SOFTMAX),
     (r"multi_tensor_apply|adam|adagrad|_sgd|sgd_|\\blamb\\b|lamb_|_lion|_foreach|fused_optim|optimizer", Category.OPTIMIZER),
+    (r"rotary|_rope_|^rope", Category.ELEMENTWISE),
     (r"embedding|embedding_bag|embed", Category.EMBEDDING),
     (r"index|gather|scatter|take_|put_|masked_select|nonzero|bucketize|permute_2d|permute_indices"
      r"|permute_pooled|offsets_range|recat|routing|_sum_bitmatrix|sorted_idx|unique", Category.INDEX),
