@@ -128,3 +128,9 @@ def test_unknown_op_says_so():
     c = estimate_op("aten::empty", [[], [], [], [], [], []], ["ScalarList", "Scalar", "", "", "Scalar", ""],
                     ["[3]", "5", "", "", "False", ""])
     assert (c.flops, c.bytes) == (0.0, 0.0)
+
+
+def test_corrupt_records_are_refused():
+    # sampled_rank-1.json.gz holds an aten::linear with six inputs; no linear schema has more than 3
+    c = estimate_op("aten::linear", [[512, 2112], [512], [2048, 512], [2048, 160, 267], [10, 267], [10]], [F32] * 6)
+    assert c.flops is None and "more arguments recorded" in c.note

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from .model import Category
 
@@ -81,6 +82,11 @@ def categorize_kernel(name: object) -> Category:
     """
     if not isinstance(name, str) or not name:
         return Category.OTHER
+    return _categorize_kernel(name)
+
+
+@lru_cache(maxsize=65536)
+def _categorize_kernel(name: str) -> Category:
     head = _head(name)
     if _KERNEL_RES[0][0].search(head):
         return Category.COMMUNICATION
@@ -180,6 +186,11 @@ def categorize_op(name: object) -> Category:
     """
     if not isinstance(name, str) or not name:
         return Category.OTHER
+    return _categorize_op(name)
+
+
+@lru_cache(maxsize=65536)
+def _categorize_op(name: str) -> Category:
     name = _autograd_to_aten(name)
     if name in GEMM_OPS:
         return Category.GEMM
