@@ -134,3 +134,29 @@ def test_corrupt_records_are_refused():
     # sampled_rank-1.json.gz holds an aten::linear with six inputs; no linear schema has more than 3
     c = estimate_op("aten::linear", [[512, 2112], [512], [2048, 512], [2048, 160, 267], [10, 267], [10]], [F32] * 6)
     assert c.flops is None and "more arguments recorded" in c.note
+
+
+def test_flash_attn_package_op_and_varlen():
+    # flash_attn::_flash_attn_forward(q, k, v, dropout_p, softmax_scale, causal, ...) with (B, S, H, D)
+    q = [2, 256, 8, 64]
+    dims = [q, q, q, [], [], [], [], [], [], [], []]
+    types = [BF] * 3 + ["Scalar"] * 6 + ["", "Scalar"]
+    conc = ["", "", "", "0.", "0.125", "True", "-1", "-1", "0.", "", "False"]
+    c = estimate_op("flash_attn::_flash_attn_forward", dims, types, conc)
+    assert c.flops == 4 * 2 * 8 * 256 * 256 * 64 / 2
+    assert c.bytes == 4 * (2 * 256 * 8 * 64) * 2
+    c = estimate_op("flash_attn::_flash_attn_varlen_forward", [[4096, 8, 64]] * 3, [BF] * 3)
+    assert c.flops is None and c.category is Category.ATTENTION
+
+
+def test_transposed_cudnn_conv():
+    # cudnn_convolution_transpose(x[1, 16, 8, 8], w[16, 4, 4, 4], padding [1,1], output_padding [0,0],
+    #     stride [2,2], dilation [1,1], groups 2, benchmark, deterministic, allow_tf32)
+    # out spatial = (8-1)*2 - 2 + (4-1) + 0 + 1 = 16; C_out = 4 * 2 = 8
+    dims = [[1, 16, 8, 8], [16, 4, 4, 4]] + [[]] * 8
+    types = [F32, F32] + ["ScalarList"] * 4 + ["Scalar"] * 4
+    conc = ["", "", "[1, 1]", "[0, 0]", "[2, 2]", "[1, 1]", "2", "False", "False", "True"]
+    c = estimate_op("aten::cudnn_convolution_transpose", dims, types, conc)
+    # transposed: every input pixel meets the whole filter: 2 * N * (H*W)_in * C_in * C_out/groups * k*k
+    assert c.flops == 2 * 1 * 64 * 16 * 4 * 16
+    assert c.bytes == (16 * 64 + 16 * 4 * 16 + 8 * 16 * 16) * 4
