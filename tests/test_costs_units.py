@@ -176,11 +176,11 @@ _names = st.sampled_from(sorted({"aten::mm", "aten::addmm", "aten::bmm", "aten::
                                  "aten::native_group_norm", "aten::_local_scalar_dense", "weird::op", ""}))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_names, st.one_of(st.none(), _dims), st.one_of(st.none(), _types), st.one_of(st.none(), _conc),
-       st.one_of(st.none(), st.text(max_size=5)))
-def test_garbage_never_raises(name, dims, types, conc, kernel):
-    c = estimate_op(name, dims, types, conc, None, kernel_name=kernel)
+       st.one_of(st.none(), st.text(max_size=5)), st.one_of(st.none(), _dims))
+def test_garbage_never_raises(name, dims, types, conc, kernel, strides):
+    c = estimate_op(name, dims, types, conc, strides, kernel_name=kernel)
     assert isinstance(c.category, Category)
     for v in (c.flops, c.bytes):
         assert v is None or v >= 0
@@ -193,6 +193,3 @@ def test_garbage_examples():
         c = estimate_op(*args)
         assert c.flops is None and c.bytes is None and c.note
 
-
-def test_traces_folder_location():
-    assert TRACES.name == "traces" and TRACES.parent.name == "shared"
