@@ -24,10 +24,11 @@ def analyze(paths: Sequence[str | os.PathLike], *, device_spec: Path | None = No
     from bwdiag.trace import find_trace_files, load_traces
 
     files = find_trace_files(list(paths))
-    with _progress(progress, len(files)) as advance:
-        traces, warnings = load_traces(files, progress=advance)
-    diagnosis, analyses = diagnose(traces, device_spec=device_spec, load_warnings=warnings)
-    return add_findings(diagnosis, analyses)
+    with _progress(progress, files) as bar:
+        traces, warnings = load_traces(files, progress=bar.file_done, file_progress=bar.file_bytes)
+        bar.phase("analysing")
+        diagnosis, analyses = diagnose(traces, device_spec=device_spec, load_warnings=warnings)
+        return add_findings(diagnosis, analyses)
 
 
 def check_output_dir(out_dir: Path, *, force: bool = False) -> None:
@@ -86,24 +87,76 @@ def print_summary(diagnosis: Diagnosis, outputs: dict[str, Path] | None = None, 
 
 
 class _progress:
-    """A rich progress bar on stderr for multi-file loads (silent when not asked or not a terminal)."""
+    """A rich progress bar on stderr for loads and analyses that take over a second.
 
-    def __init__(self, enabled: bool, total: int):
-        self.enabled = enabled and total > 1
-        self.total = total
+    Silent unless asked (the CLI asks when stderr is a terminal) and until :attr:`DELAY` seconds have
+    passed, so quick runs print nothing extra. A single file is tracked by bytes read, several by
+    files loaded; then a spinner while the analysis runs. The bar is transient: it leaves no trace.
+    """
+
+    DELAY = 1.0
+
+    def __init__(self, enabled: bool, files: Sequence[Path]):
+        import threading
+
+        self.enabled = enabled
+        self._lock = threading.Lock()
         self._bar = None
+        self._task = None
+        self._closed = False
+        self._timer = None
+        if len(files) == 1:
+            self._desc, self._total, self._done = f"reading {Path(files[0]).name}", None, 0
+        else:
+            self._desc, self._total, self._done = f"loading {len(files)} traces", len(files), 0
 
-    def __enter__(self):
-        if not self.enabled:
-            return None
-        from rich.progress import Progress
+    def __enter__(self) -> _progress:
+        if self.enabled:
+            import threading
 
-        self._bar = Progress(transient=True)
-        self._bar.__enter__()
-        task = self._bar.add_task("loading traces", total=self.total)
-        return lambda: self._bar.advance(task)
+            self._timer = threading.Timer(self.DELAY, self._show)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def _show(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        with self._lock:
+            if self._closed:
+                return
+            self._bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                 TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
+                                 console=Console(stderr=True), transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task(self._desc, total=self._total, completed=self._done)
+
+    def _update(self, **fields) -> None:
+        with self._lock:
+            if self._bar is not None:
+                self._bar.update(self._task, **fields)
+
+    def file_done(self) -> None:
+        """One file of a multi-file load is done."""
+        self._done += 1
+        self._update(completed=self._done)
+
+    def file_bytes(self, done: int, total: int) -> None:
+        """``done`` of ``total`` bytes of a single file read."""
+        self._done, self._total = done, total
+        self._update(completed=done, total=total)
+
+    def phase(self, text: str) -> None:
+        """Loading is over: show ``text`` with a spinner (no known end)."""
+        self._desc, self._done, self._total = text, 0, None
+        self._update(description=text, completed=0, total=None)
 
     def __exit__(self, *exc):
-        if self._bar is not None:
-            self._bar.__exit__(*exc)
+        with self._lock:
+            self._closed = True
+            if self._timer is not None:
+                self._timer.cancel()
+            if self._bar is not None:
+                self._bar.stop()
         return False

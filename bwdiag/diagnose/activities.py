@@ -32,10 +32,13 @@ def gpu_activities(trace: RankTrace) -> pd.DataFrame:
     nbytes = np.full(n, np.nan)
     dtype = np.full(n, None, dtype=object)
     tensor = np.zeros(n, dtype=bool)
-    category = np.array([categorize_kernel(name).value for name in gpu["name"]], dtype=object) if n else np.array([], dtype=object)
+    names = gpu["name"].to_numpy(dtype=object)
+    name_codes, unique_names = pd.factorize(names) if n else (np.zeros(0, dtype=np.int64), np.array([]))
+    category = np.array([categorize_kernel(u).value for u in unique_names], dtype=object)[name_codes] \
+        if n else np.array([], dtype=object)
 
     op_idx = gpu["op"].to_numpy()
-    kinds = gpu["kind"].to_numpy()
+    kinds = gpu["kind"].to_numpy(dtype=object)
     graph = gpu["graph"].to_numpy()
     op_costs = _op_costs(ops, np.unique(op_idx[(op_idx >= 0) & (kinds == "kernel") & ~graph]))
 
@@ -44,31 +47,38 @@ def gpu_activities(trace: RankTrace) -> pd.DataFrame:
     durs = gpu["dur"].to_numpy()
     op_time = pd.Series(durs[is_costed_kernel]).groupby(op_idx[is_costed_kernel]).sum()
 
-    names = gpu["name"].to_numpy()
-    args = gpu["args"].to_numpy()
-    for i in range(n):
-        if kinds[i] == "memcpy":
-            cost = memcpy_cost(args[i] or {}, names[i])
-        elif kinds[i] == "memset":
-            cost = memset_cost(args[i] or {})
-        elif is_costed_kernel[i] and category[i] != Category.COMMUNICATION.value:
-            cost = op_costs.get(op_idx[i])
-            if cost is None:
-                continue
-            total = op_time.get(op_idx[i], 0.0)
-            share = durs[i] / total if total > 0 else 0.0
-            if cost.category is not Category.OTHER:
-                category[i] = cost.category.value
-            dtype[i], tensor[i] = cost.dtype, cost.tensor
-            if cost.tensor:
-                dtype[i], tensor[i] = matrix_unit(names[i], cost.dtype, cost.tensor)
-            if cost.flops is not None:
-                flops[i] = cost.flops * share
-            if cost.bytes is not None:
-                nbytes[i] = cost.bytes * share
-            continue
-        else:
-            continue
+    # Kernels that inherit their op's cost (one vectorised pass per distinct op).
+    rows = np.flatnonzero(is_costed_kernel & (category != Category.COMMUNICATION.value))
+    if len(rows):
+        ops_here = op_idx[rows]
+        costed = np.array([op_costs.get(o) is not None for o in ops_here], dtype=bool)
+        rows, ops_here = rows[costed], ops_here[costed]
+    if len(rows):
+        costs = [op_costs[o] for o in ops_here]
+        total = op_time.reindex(ops_here).fillna(0.0).to_numpy()
+        share = np.zeros(len(rows))
+        np.divide(durs[rows], total, out=share, where=total > 0)
+        own = np.array([c.category is not Category.OTHER for c in costs], dtype=bool)
+        category[rows[own]] = [c.category.value for c, o in zip(costs, own) if o]
+        unit_of: dict[tuple, tuple] = {}
+        for k, (i, c) in enumerate(zip(rows, costs)):
+            if c.tensor:
+                key = (name_codes[i], c.dtype)
+                unit = unit_of.get(key)
+                if unit is None:
+                    unit = unit_of[key] = matrix_unit(names[i], c.dtype, c.tensor)
+                dtype[i], tensor[i] = unit
+            else:
+                dtype[i], tensor[i] = c.dtype, c.tensor
+        cf = np.array([np.nan if c.flops is None else c.flops for c in costs], dtype=float)
+        cb = np.array([np.nan if c.bytes is None else c.bytes for c in costs], dtype=float)
+        flops[rows] = cf * share
+        nbytes[rows] = cb * share
+
+    # Copies and fills: their own cost, from their args.
+    args = gpu["args"].to_numpy(dtype=object)
+    for i in np.flatnonzero((kinds == "memcpy") | (kinds == "memset")):
+        cost = memcpy_cost(args[i] or {}, names[i]) if kinds[i] == "memcpy" else memset_cost(args[i] or {})
         category[i] = cost.category.value
         dtype[i] = cost.dtype
         if cost.flops is not None:
@@ -76,12 +86,13 @@ def gpu_activities(trace: RankTrace) -> pd.DataFrame:
         if cost.bytes is not None:
             nbytes[i] = cost.bytes
 
-    op_name = ops["name"].reindex(op_idx).to_numpy() if n else np.array([], dtype=object)
+    op_name = ops["name"].reindex(op_idx).to_numpy(dtype=object) if n else np.array([], dtype=object)
     op_name = np.where(op_idx >= 0, op_name, None)
-    module = ops["module"].reindex(op_idx).to_numpy() if n else np.array([], dtype=object)
+    module = ops["module"].reindex(op_idx).to_numpy(dtype=object) if n else np.array([], dtype=object)
     module = np.where(op_idx >= 0, module, None)
-    shape_of = {i: _shapes_str(ops, i) for i in np.unique(op_idx)}
-    shapes = np.array([shape_of[i] for i in op_idx], dtype=object)
+    uniq_ops, op_codes = np.unique(op_idx, return_inverse=True)
+    shapes = np.array([_shapes_str(ops, i) for i in uniq_ops] + [None], dtype=object)[op_codes] \
+        if n else np.array([], dtype=object)
     out = pd.DataFrame(
         {
             "name": gpu["name"], "kind": gpu["kind"], "ts": gpu["ts"], "dur": gpu["dur"], "end": gpu["end"],
@@ -99,11 +110,12 @@ def cpu_activities(trace: RankTrace) -> pd.DataFrame:
     leaf = ops[(ops["cat"] == "cpu_op") & (ops["children"] == 0) & (ops["dur"] > 0)]
     costs = _op_costs(ops, leaf.index.to_numpy())
     rows = []
-    for idx, op in leaf.iterrows():
+    for idx, name, ts, dur, end, tid, module in zip(leaf.index, leaf["name"], leaf["ts"], leaf["dur"], leaf["end"],
+                                                     leaf["tid"], leaf["module"]):
         cost = costs[idx]
         rows.append(
-            (op["name"], "cpu_op", op["ts"], op["dur"], op["end"], op["tid"], None, idx, op["name"],
-             _shapes_str(ops, idx), op["module"], cost.category.value, cost.dtype, cost.tensor,
+            (name, "cpu_op", ts, dur, end, tid, None, idx, name,
+             _shapes_str(ops, idx), module, cost.category.value, cost.dtype, cost.tensor,
              np.nan if cost.flops is None else cost.flops, np.nan if cost.bytes is None else cost.bytes,
              False, "self", None)
         )
@@ -111,15 +123,23 @@ def cpu_activities(trace: RankTrace) -> pd.DataFrame:
 
 
 def _op_costs(ops: pd.DataFrame, indices) -> dict[int, Cost]:
-    """Cost of each op, computed once per distinct (name, shapes, types, concrete inputs)."""
-    cache: dict[str, Cost] = {}
+    """Cost of each op, computed once per distinct (name, shapes, types, concrete inputs, strides).
+
+    The loader gives every distinct argument signature an id (``sig``), so the cache key is cheap.
+    """
+    cache: dict[tuple, Cost] = {}
     out: dict[int, Cost] = {}
-    for idx in indices:
-        row = ops.loc[idx]
-        key = json.dumps([row["name"], row["dims"], row["types"], row["concrete"]], default=str)
+    if len(indices) == 0:
+        return out
+    sel = ops.loc[indices]
+    sigs = sel["sig"].to_numpy() if "sig" in sel else None
+    for k, (idx, name, dims, types, concrete, strides) in enumerate(
+            zip(sel.index, sel["name"], sel["dims"], sel["types"], sel["concrete"], sel["strides"])):
+        key = (name, int(sigs[k])) if sigs is not None else \
+            (name, json.dumps([dims, types, concrete, strides], default=str))
         cost = cache.get(key)
         if cost is None:
-            cost = cache[key] = estimate_op(row["name"], row["dims"], row["types"], row["concrete"], row["strides"])
+            cost = cache[key] = estimate_op(name, dims, types, concrete, strides)
         out[idx] = cost
     return out
 

@@ -9,9 +9,11 @@ trace's first timestamp, so 17-digit absolute timestamps do not lose precision i
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
+import orjson
 import pandas as pd
 
 # Kineto category spellings over the versions → the names used here.
@@ -78,128 +80,254 @@ def _num(value) -> float | None:
     return None
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_MISSING = _INT64_MIN  # sentinel for a missing id in the int64 columns (shown as <NA>)
+
+
 def _int(value) -> int | None:
     num = _num(value)
-    return int(num) if num is not None else None
+    if num is None:
+        return None
+    out = int(num)
+    return out if _INT64_MIN < out <= _INT64_MAX else None
+
+
+def _id(value) -> int:
+    """An id (correlation, External id, device, stream …) as int64, ``_MISSING`` when absent."""
+    if type(value) is int and _INT64_MIN < value <= _INT64_MAX:
+        return value
+    out = _int(value)
+    return _MISSING if out is None else out
+
+
+class _Columns:
+    """Column-wise rows of one table: float64 / nullable-int64 arrays and object lists, no row tuples."""
+
+    def __init__(self, floats: tuple[str, ...], ints: tuple[str, ...], objects: tuple[str, ...], order: tuple[str, ...]):
+        self.order = order
+        self.cols: dict[str, object] = {}
+        for c in floats:
+            self.cols[c] = array("d")
+        for c in ints:
+            self.cols[c] = array("q")
+        for c in objects:
+            self.cols[c] = []
+        self.ints = ints
+
+    def frame(self, t0: float) -> pd.DataFrame:
+        data = {}
+        for c in self.order:
+            col = self.cols[c]
+            if c in self.ints:
+                values = np.frombuffer(col, dtype=np.int64) if len(col) else np.empty(0, dtype=np.int64)
+                data[c] = pd.arrays.IntegerArray(values.copy(), values == _MISSING)
+            elif isinstance(col, array):
+                data[c] = np.frombuffer(col, dtype=np.float64).copy() if len(col) else np.empty(0)
+            else:
+                data[c] = col if col else np.empty(0, dtype=object)
+        df = pd.DataFrame(data, columns=list(self.order))
+        df["ts"] = df["ts"].astype("float64") - t0
+        df["dur"] = df["dur"].astype("float64")
+        df["end"] = df["ts"] + df["dur"]
+        return df
+
+
+class Tabulator:
+    """Builds :class:`EventTables` from events fed in any number of batches (a streamed file's chunks).
+
+    Only the fields bwdiag uses are kept, as columns; repeated strings (names, ids) and op argument
+    signatures (``Input Dims`` …) are shared between rows, so a batch's event dicts can be freed as
+    soon as :meth:`add` returns. Feeding a list in one batch or in many gives identical tables.
+    """
+
+    def __init__(self) -> None:
+        self.gpu = _Columns(("ts", "dur"), ("device", "stream", "correlation", "ext_id", "blocks"),
+                            ("name", "kind", "args"),
+                            ("name", "kind", "ts", "dur", "device", "stream", "correlation", "ext_id", "blocks", "args"))
+        self.ops = _Columns(("ts", "dur"), ("ext_id", "sig"),
+                            ("name", "cat", "pid", "tid", "dims", "types", "concrete", "strides", "args"),
+                            ("name", "cat", "ts", "dur", "pid", "tid", "ext_id", "dims", "types", "concrete",
+                             "strides", "args", "sig"))
+        self.runtime = _Columns(("ts", "dur"), ("correlation", "ext_id"), ("name", "pid", "tid"),
+                                ("name", "ts", "dur", "pid", "tid", "correlation", "ext_id"))
+        self.annotations = _Columns(("ts", "dur"), (), ("name", "side", "pid", "tid"),
+                                    ("name", "side", "ts", "dur", "pid", "tid"))
+        self.modules = _Columns(("ts", "dur"), (), ("name", "pid", "tid"), ("name", "ts", "dur", "pid", "tid"))
+        self.flows: dict[int, tuple[int, int, float]] = {}
+        self.skipped: dict[str, int] = {}
+        self.unknown: dict[str, int] = {}
+        self.t0 = math.inf
+        self._strings: dict = {}  # one object per distinct name / pid / tid value
+        self._sigs: dict[bytes, int] = {}  # op argument signature → id
+        self._sig_values: list[tuple] = []
+        self.events = 0
+
+    def _skip(self, reason: str) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+
+    def _sig(self, dims, types, concrete, strides) -> tuple[int, tuple]:
+        """Id and shared objects of one op's argument signature (equal signatures share one copy)."""
+        try:
+            key = orjson.dumps((dims, types, concrete, strides))
+        except (TypeError, orjson.JSONEncodeError):
+            self._sig_values.append((dims, types, concrete, strides))
+            return len(self._sig_values) - 1, self._sig_values[-1]
+        sid = self._sigs.get(key)
+        if sid is None:
+            sid = self._sigs[key] = len(self._sig_values)
+            self._sig_values.append((dims, types, concrete, strides))
+        return sid, self._sig_values[sid]
+
+    def add(self, events: list) -> None:
+        """Tabulate one batch of raw event dicts (anything malformed is counted and skipped)."""
+        # The hot loop of the loader: locals and bound methods only (this runs once per event).
+        aliases = CATEGORY_ALIASES
+        intern = self._strings.setdefault
+        gpu, ops, rt, mods = self.gpu.cols, self.ops.cols, self.runtime.cols, self.modules.cols
+        rt_name, rt_ts, rt_dur, rt_pid, rt_tid, rt_corr, rt_ext = (
+            rt[c].append for c in ("name", "ts", "dur", "pid", "tid", "correlation", "ext_id"))
+        (op_name, op_cat, op_ts, op_dur, op_pid, op_tid, op_ext, op_dims, op_types, op_conc, op_strides,
+         op_args, op_sig) = (ops[c].append for c in ("name", "cat", "ts", "dur", "pid", "tid", "ext_id", "dims",
+                                                       "types", "concrete", "strides", "args", "sig"))
+        gpu_args, gpu_set = _GPU_ARGS, _GPU_ARGS_SET
+        flows = self.flows
+        sig = self._sig
+        t0 = self.t0
+        isfinite = math.isfinite
+        lo, hi = _INT64_MIN, _INT64_MAX
+        self.events += len(events)
+        for ev in events:
+            if type(ev) is not dict:
+                self._skip("not an object")
+                continue
+            cat = ev.get("cat")
+            kind = aliases.get(cat) if type(cat) is str else None
+            if kind is None:
+                if isinstance(cat, str) and ev.get("ph") == "X":
+                    self.unknown[cat] = self.unknown.get(cat, 0) + 1
+                continue
+            if kind == "ac2g" and ev.get("ph") != "s":
+                continue  # flow ends: the start carries the launch thread and time
+            ts = ev.get("ts")
+            if type(ts) is int:
+                ts = float(ts)
+            elif type(ts) is not float or not isfinite(ts):
+                ts = _num(ts)
+                if ts is None:
+                    self._skip("missing ts")
+                    continue
+            args = ev.get("args")
+            if type(args) is not dict:
+                args = {}
+            if kind == "ac2g":
+                fid = _int(ev.get("id"))
+                if fid is not None:
+                    flows[fid] = (ev.get("pid"), ev.get("tid"), ts)
+                continue
+            dur = ev.get("dur")
+            if type(dur) is int:
+                dur = float(dur)
+            elif type(dur) is not float or not isfinite(dur):
+                dur = _num(dur)
+                if dur is None:
+                    self._skip("missing dur")
+                    continue
+            if dur < 0:
+                self._skip("negative dur")
+                continue
+            if ts < t0:
+                t0 = ts
+            name = ev.get("name")
+            if type(name) is not str:
+                name = str(name)
+            name = intern(name, name)
+            pid, tid = ev.get("pid"), ev.get("tid")
+            if type(pid) is int or type(pid) is str:
+                pid = intern(pid, pid)
+            if type(tid) is int or type(tid) is str:
+                tid = intern(tid, tid)
+            if kind == "cuda_runtime":
+                rt_name(name)
+                rt_ts(ts)
+                rt_dur(dur)
+                rt_pid(pid)
+                rt_tid(tid)
+                v = args.get("correlation")
+                rt_corr(v if type(v) is int and lo < v <= hi else _id(v))
+                v = args.get("External id")
+                rt_ext(v if type(v) is int and lo < v <= hi else _id(v))
+            elif kind == "cpu_op" or kind == "user_annotation":
+                sid, (dims, types, concrete, strides) = sig(
+                    args.get("Input Dims"), args.get("Input type"), args.get("Concrete Inputs"),
+                    args.get("Input Strides"))
+                op_name(name)
+                op_cat(kind)
+                op_ts(ts)
+                op_dur(dur)
+                op_pid(pid)
+                op_tid(tid)
+                v = args.get("External id")
+                op_ext(v if type(v) is int and lo < v <= hi else _id(v))
+                op_dims(dims)
+                op_types(types)
+                op_conc(concrete)
+                op_strides(strides)
+                op_args({k: args[k] for k in gpu_args if k in args} if args.keys() & gpu_set else None)
+                op_sig(sid)
+                if kind == "user_annotation":
+                    self._annotation(name, "cpu", ts, dur, pid, tid)
+            elif kind in GPU_KINDS:
+                grid = args.get("grid")
+                blocks = _MISSING
+                if isinstance(grid, list) and grid and all(isinstance(g, (int, float)) for g in grid):
+                    blocks = _id(math.prod(grid))
+                gpu["name"].append(name)
+                gpu["kind"].append(GPU_KINDS[kind])
+                gpu["ts"].append(ts)
+                gpu["dur"].append(dur)
+                gpu["device"].append(_id(args.get("device", pid)))
+                gpu["stream"].append(_id(args.get("stream", tid)))
+                gpu["correlation"].append(_id(args.get("correlation")))
+                gpu["ext_id"].append(_id(args.get("External id")))
+                gpu["blocks"].append(blocks)
+                gpu["args"].append({k: args[k] for k in gpu_args if k in args} if args.keys() & gpu_set else None)
+            elif kind == "gpu_user_annotation":
+                self._annotation(name, "gpu", ts, dur, pid, tid)
+            elif kind == "python_function":
+                if name.startswith("nn.Module: "):
+                    mods["name"].append(intern(name[11:], name[11:]))
+                    mods["ts"].append(ts)
+                    mods["dur"].append(dur)
+                    mods["pid"].append(pid)
+                    mods["tid"].append(tid)
+        self.t0 = t0
+
+    def _annotation(self, name, side, ts, dur, pid, tid) -> None:
+        ann = self.annotations.cols
+        ann["name"].append(name)
+        ann["side"].append(side)
+        ann["ts"].append(ts)
+        ann["dur"].append(dur)
+        ann["pid"].append(pid)
+        ann["tid"].append(tid)
+
+    def finish(self) -> EventTables:
+        """The tables, with times relative to the earliest timed event."""
+        t0 = 0.0 if self.t0 is math.inf else self.t0
+        gpu, ops, runtime, annotations, modules = (c.frame(t0) for c in (self.gpu, self.ops, self.runtime,
+                                                                          self.annotations, self.modules))
+        ops["sig"] = ops["sig"].astype("int64")
+        ops = ops[[c for c in ops.columns if c != "sig"] + ["sig"]]
+        flows = {k: (p, t, ts - t0) for k, (p, t, ts) in self.flows.items()}
+        return EventTables(gpu, ops, runtime, annotations, modules, flows, t0, self.skipped, self.unknown)
+
+
+_HASHABLE = (int, str)
+_GPU_ARGS_SET = frozenset(_GPU_ARGS)
 
 
 def tabulate(events: list) -> EventTables:
     """Build the tables from a list of raw event dicts (anything malformed is counted and skipped)."""
-    gpu_rows: list[tuple] = []
-    op_rows: list[tuple] = []
-    rt_rows: list[tuple] = []
-    ann_rows: list[tuple] = []
-    mod_rows: list[tuple] = []
-    flows: dict[int, tuple[int, int, float]] = {}
-    skipped: dict[str, int] = {}
-    unknown: dict[str, int] = {}
-
-    def skip(reason: str) -> None:
-        skipped[reason] = skipped.get(reason, 0) + 1
-
-    t0 = math.inf
-    aliases = CATEGORY_ALIASES
-    for ev in events:
-        if not isinstance(ev, dict):
-            skip("not an object")
-            continue
-        cat = ev.get("cat")
-        kind = aliases.get(cat) if isinstance(cat, str) else None
-        if kind is None:
-            if isinstance(cat, str) and ev.get("ph") == "X":
-                unknown[cat] = unknown.get(cat, 0) + 1
-            continue
-        ts = _num(ev.get("ts"))
-        if ts is None:
-            skip("missing ts")
-            continue
-        args = ev.get("args")
-        if not isinstance(args, dict):
-            args = {}
-        if kind == "ac2g":
-            if ev.get("ph") == "s":
-                fid = _int(ev.get("id"))
-                if fid is not None:
-                    flows[fid] = (ev.get("pid"), ev.get("tid"), ts)
-            continue
-        dur = _num(ev.get("dur"))
-        if dur is None:
-            skip("missing dur")
-            continue
-        if dur < 0:
-            skip("negative dur")
-            continue
-        t0 = ts if ts < t0 else t0
-        name = ev.get("name")
-        if not isinstance(name, str):
-            name = str(name)
-        pid, tid = ev.get("pid"), ev.get("tid")
-        if kind in GPU_KINDS:
-            grid = args.get("grid")
-            blocks = None
-            if isinstance(grid, list) and grid and all(isinstance(g, (int, float)) for g in grid):
-                blocks = int(np.prod(grid))
-            gpu_rows.append(
-                (
-                    name,
-                    GPU_KINDS[kind],
-                    ts,
-                    dur,
-                    _int(args.get("device", pid)),
-                    _int(args.get("stream", tid)),
-                    _int(args.get("correlation")),
-                    _int(args.get("External id")),
-                    blocks,
-                    {k: args[k] for k in _GPU_ARGS if k in args} or None,
-                )
-            )
-        elif kind == "cpu_op" or kind == "user_annotation":
-            op_rows.append(
-                (
-                    name,
-                    kind,
-                    ts,
-                    dur,
-                    pid,
-                    tid,
-                    _int(args.get("External id")),
-                    args.get("Input Dims"),
-                    args.get("Input type"),
-                    args.get("Concrete Inputs"),
-                    args.get("Input Strides"),
-                    {k: args[k] for k in _GPU_ARGS if k in args} or None,
-                )
-            )
-            if kind == "user_annotation":
-                ann_rows.append((name, "cpu", ts, dur, pid, tid))
-        elif kind == "cuda_runtime":
-            rt_rows.append((name, ts, dur, pid, tid, _int(args.get("correlation")), _int(args.get("External id"))))
-        elif kind == "gpu_user_annotation":
-            ann_rows.append((name, "gpu", ts, dur, pid, tid))
-        elif kind == "python_function":
-            if name.startswith("nn.Module: "):
-                mod_rows.append((name[len("nn.Module: ") :], ts, dur, pid, tid))
-
-    if t0 is math.inf:
-        t0 = 0.0
-    gpu = pd.DataFrame(
-        gpu_rows,
-        columns=["name", "kind", "ts", "dur", "device", "stream", "correlation", "ext_id", "blocks", "args"],
-    )
-    ops = pd.DataFrame(
-        op_rows,
-        columns=["name", "cat", "ts", "dur", "pid", "tid", "ext_id", "dims", "types", "concrete", "strides", "args"],
-    )
-    runtime = pd.DataFrame(rt_rows, columns=["name", "ts", "dur", "pid", "tid", "correlation", "ext_id"])
-    annotations = pd.DataFrame(ann_rows, columns=["name", "side", "ts", "dur", "pid", "tid"])
-    modules = pd.DataFrame(mod_rows, columns=["name", "ts", "dur", "pid", "tid"])
-    for df in (gpu, ops, runtime, annotations, modules):
-        df["ts"] = df["ts"].astype("float64") - t0
-        df["dur"] = df["dur"].astype("float64")
-        df["end"] = df["ts"] + df["dur"]
-    for df, cols in ((gpu, ["correlation", "ext_id", "blocks", "device", "stream"]), (ops, ["ext_id"]),
-                     (runtime, ["correlation", "ext_id"])):
-        for col in cols:
-            df[col] = pd.array(df[col], dtype="Int64")
-    flows = {k: (p, t, ts - t0) for k, (p, t, ts) in flows.items()}
-    return EventTables(gpu, ops, runtime, annotations, modules, flows, t0, skipped, unknown)
+    tab = Tabulator()
+    tab.add(events)
+    return tab.finish()

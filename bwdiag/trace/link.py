@@ -35,23 +35,29 @@ class _ThreadIndex:
         self.idx = idx[order]
         self.ts = ts[order]
         self.end = end[order]
-        parent = np.full(len(order), -1, dtype=np.int64)
+        parent = [-1] * len(order)
         stack: list[int] = []
-        ends = self.end
-        for i in range(len(order)):
-            t = self.ts[i]
+        ends = self.end.tolist()
+        for i, t in enumerate(self.ts.tolist()):
             while stack and ends[stack[-1]] <= t:
                 stack.pop()
             if stack:
                 parent[i] = stack[-1]
             stack.append(i)
-        self.parent = parent
+        self.parent = np.array(parent, dtype=np.int64)
 
     def innermost(self, t: float) -> int:
         """Position (into the sorted arrays) of the innermost op enclosing time ``t``, or -1."""
-        i = int(np.searchsorted(self.ts, t, side="right")) - 1
-        while i >= 0 and self.end[i] < t:
-            i = self.parent[i]
+        return int(self.innermost_many(np.array([t], dtype=float))[0])
+
+    def innermost_many(self, t: np.ndarray) -> np.ndarray:
+        """:meth:`innermost` for every time in ``t`` at once."""
+        i = np.searchsorted(self.ts, t, side="right") - 1
+        todo = np.flatnonzero(i >= 0)
+        while len(todo):  # climb to the parent while the op ended before t
+            todo = todo[self.end[i[todo]] < t[todo]]
+            i[todo] = self.parent[i[todo]]
+            todo = todo[i[todo] >= 0]
         return i
 
 
@@ -61,6 +67,27 @@ def thread_indexes(ops: pd.DataFrame) -> dict[tuple, _ThreadIndex]:
         return out
     for key, grp in ops.groupby(["pid", "tid"], sort=False, dropna=False):
         out[key] = _ThreadIndex(grp.index.to_numpy(), grp["ts"].to_numpy(), grp["end"].to_numpy())
+    return out
+
+
+def _by_thread(pids, tids) -> dict[tuple, np.ndarray]:
+    """Row positions grouped by (pid, tid)."""
+    if len(pids) == 0:
+        return {}
+    keys = pd.DataFrame({"pid": pids, "tid": tids})
+    return keys.groupby(["pid", "tid"], sort=False, dropna=False).indices
+
+
+def _enclosing(threads: dict[tuple, _ThreadIndex], pids, tids, times: np.ndarray) -> np.ndarray:
+    """Row label of the innermost op enclosing each (pid, tid, time), or -1."""
+    out = np.full(len(times), -1, dtype=np.int64)
+    for key, pos in _by_thread(pids, tids).items():
+        th = threads.get(key)
+        if th is None:
+            continue
+        j = th.innermost_many(times[pos])
+        hit = j >= 0
+        out[pos[hit]] = th.idx[j[hit]]
     return out
 
 
@@ -80,7 +107,6 @@ def link(tables: EventTables) -> LinkStats:
     n = len(gpu)
     op_col = np.full(n, -1, dtype=np.int64)
     how = np.full(n, "none", dtype=object)
-    graph = np.zeros(n, dtype=bool)
     launch_ts = np.full(n, np.nan)
     launch_dur = np.full(n, np.nan)
     launch_name = np.full(n, None, dtype=object)
@@ -93,40 +119,43 @@ def link(tables: EventTables) -> LinkStats:
     corr = gpu["correlation"].to_numpy(dtype="float64", na_value=np.nan)
     ext = gpu["ext_id"].to_numpy(dtype="float64", na_value=np.nan)
     gts = gpu["ts"].to_numpy()
-    rt_index = rt_by_corr.index
-    rt_pos = rt_index.get_indexer(pd.array(np.nan_to_num(corr, nan=-1).astype(np.int64), dtype="Int64"))
-    rt_pid = rt_by_corr["pid"].to_numpy()
-    rt_tid = rt_by_corr["tid"].to_numpy()
-    rt_ts = rt_by_corr["ts"].to_numpy()
-    rt_dur = rt_by_corr["dur"].to_numpy()
-    rt_name = rt_by_corr["name"].to_numpy()
-    ext_pos = ext_to_op.index.get_indexer(pd.array(np.nan_to_num(ext, nan=-1).astype(np.int64), dtype="Int64"))
-    ext_ops = ext_to_op.to_numpy()
-    op_ts = ops["ts"]
 
-    for i in range(n):
-        p = rt_pos[i]
-        if p >= 0:
-            launch_ts[i], launch_dur[i], launch_name[i] = rt_ts[p], rt_dur[p], rt_name[p]
-            graph[i] = rt_name[p] in GRAPH_LAUNCH_NAMES
-            th = threads.get((rt_pid[p], rt_tid[p]))
-            if th is not None:
-                j = th.innermost(rt_ts[p])
-                if j >= 0:
-                    op_col[i], how[i] = th.idx[j], "launch"
-                    continue
-        elif not np.isnan(corr[i]) and int(corr[i]) in tables.flows:
-            pid, tid, fts = tables.flows[int(corr[i])]
-            launch_ts[i] = fts
-            th = threads.get((pid, tid))
-            if th is not None:
-                j = th.innermost(fts)
-                if j >= 0:
-                    op_col[i], how[i] = th.idx[j], "flow"
-                    continue
-        q = ext_pos[i]
-        if q >= 0 and op_ts.at[ext_ops[q]] <= gts[i]:
-            op_col[i], how[i] = ext_ops[q], "ext_id"
+    # 1. The launch: the runtime/driver call with the kernel's correlation id.
+    rt_pos = rt_by_corr.index.get_indexer(pd.array(np.nan_to_num(corr, nan=-1).astype(np.int64), dtype="Int64"))
+    has_rt = np.flatnonzero(rt_pos >= 0)
+    p = rt_pos[has_rt]
+    launch_ts[has_rt] = rt_by_corr["ts"].to_numpy()[p]
+    launch_dur[has_rt] = rt_by_corr["dur"].to_numpy()[p]
+    launch_name[has_rt] = rt_by_corr["name"].to_numpy(dtype=object)[p]
+    graph = pd.Series(launch_name, dtype=object).isin(GRAPH_LAUNCH_NAMES).to_numpy()
+    found = _enclosing(threads, rt_by_corr["pid"].to_numpy()[p], rt_by_corr["tid"].to_numpy()[p],
+                       launch_ts[has_rt])
+    op_col[has_rt] = found
+    how[has_rt[found >= 0]] = "launch"
+
+    # 2. No launch recorded: the ac2g flow start, when the trace has one for the correlation.
+    if tables.flows:
+        no_rt = np.flatnonzero((rt_pos < 0) & ~np.isnan(corr))
+        flows = tables.flows
+        with_flow = [i for i in no_rt if int(corr[i]) in flows]
+        if with_flow:
+            rows = np.array(with_flow, dtype=np.int64)
+            starts = [flows[int(corr[i])] for i in with_flow]
+            ftimes = np.array([f[2] for f in starts], dtype=float)
+            launch_ts[rows] = ftimes
+            found = _enclosing(threads, np.array([f[0] for f in starts], dtype=object),
+                               np.array([f[1] for f in starts], dtype=object), ftimes)
+            op_col[rows] = found
+            how[rows[found >= 0]] = "flow"
+
+    # 3. Still unlinked: the External id, for an op that started before the activity.
+    ext_pos = ext_to_op.index.get_indexer(pd.array(np.nan_to_num(ext, nan=-1).astype(np.int64), dtype="Int64"))
+    rest = np.flatnonzero((op_col < 0) & (ext_pos >= 0))
+    if len(rest):
+        cand = ext_to_op.to_numpy()[ext_pos[rest]]
+        ok = ops["ts"].reindex(cand).to_numpy() <= gts[rest]
+        op_col[rest[ok]] = cand[ok]
+        how[rest[ok]] = "ext_id"
 
     gpu["op"] = op_col
     gpu["link"] = how
@@ -166,17 +195,20 @@ def _add_modules(tables: EventTables, threads: dict[tuple, _ThreadIndex]) -> Non
     if mods.empty or ops.empty:
         return
     module_col = np.full(len(ops), None, dtype=object)
-    pos = pd.Series(np.arange(len(ops)), index=ops.index)
+    op_threads = _by_thread(ops["pid"].to_numpy(), ops["tid"].to_numpy())
+    op_ts = ops["ts"].to_numpy()
     for key, grp in mods.groupby(["pid", "tid"], sort=False, dropna=False):
+        pos = op_threads.get(key)
+        if pos is None:
+            continue
         th = _ThreadIndex(np.arange(len(grp)), grp["ts"].to_numpy(), grp["end"].to_numpy())
         names = grp["name"].to_numpy()[th.idx]
         paths: list[str | None] = [None] * len(th.idx)
         for i in range(len(th.idx)):  # parents come before children in start order
             p = th.parent[i]
             paths[i] = f"{paths[p]}.{names[i]}" if p >= 0 else names[i]
-        sel = (ops["pid"] == key[0]) & (ops["tid"] == key[1])
-        for label, t in zip(ops.index[sel], ops.loc[sel, "ts"].to_numpy()):
-            j = th.innermost(t)
-            if j >= 0:
-                module_col[pos[label]] = paths[j]
+        j = th.innermost_many(op_ts[pos])
+        hit = j >= 0
+        paths_arr = np.array(paths + [None], dtype=object)
+        module_col[pos[hit]] = paths_arr[j[hit]]
     ops["module"] = module_col

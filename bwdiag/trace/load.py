@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import pandas as pd
 
 from bwdiag.errors import TraceError
-from bwdiag.trace.events import EventTables, tabulate
+from bwdiag.trace.events import EventTables, Tabulator
 from bwdiag.trace.link import LinkStats, link
 from bwdiag.trace.read import read_trace_file
+from bwdiag.trace.stream import NotStreamable, stream_events
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -80,12 +82,25 @@ def _is_trace_name(name: str) -> bool:
     return name.endswith(TRACE_SUFFIXES) and name not in ("diagnosis.json",)
 
 
-def load_rank(path: Path) -> RankTrace:
-    """Read, tabulate and link one trace file."""
-    raw = read_trace_file(path)
-    warnings = list(raw.warnings)
-    tables = tabulate(raw.events)
-    del raw.events
+def load_rank(path: Path, progress: Callable[[int, int], None] | None = None) -> RankTrace:
+    """Read, tabulate and link one trace file.
+
+    Clean files are parsed in chunks (:mod:`bwdiag.trace.stream`), so the full list of event dicts
+    never exists; a damaged file is read whole by :func:`~bwdiag.trace.read.read_trace_file`, which
+    salvages what it can. Both give identical tables. ``progress(done, total)`` reports file bytes.
+    """
+    tab = Tabulator()
+    try:
+        metadata = stream_events(path, tab.add, progress=progress)
+        warnings: list[str] = []
+    except NotStreamable:
+        raw = read_trace_file(path)
+        metadata, warnings = raw.metadata, list(raw.warnings)
+        tab = Tabulator()
+        tab.add(raw.events)
+        del raw.events
+    tables = tab.finish()
+    del tab
     _warn_skipped(path, tables, warnings)
     stats = link(tables)
     if stats.orphans_dropped:
@@ -93,8 +108,8 @@ def load_rank(path: Path) -> RankTrace:
             f"{path.name}: {stats.orphans_dropped:,} GPU activities ({stats.orphans_dropped_us / 1e3:,.2f} ms) "
             "ran before the first recorded launch (spill-over from before the profiling window); excluded"
         )
-    rank = _rank_of(path, raw.metadata, warnings)
-    return RankTrace(path, rank, raw.metadata, tables, stats, warnings)
+    rank = _rank_of(path, metadata, warnings)
+    return RankTrace(path, rank, metadata, tables, stats, warnings)
 
 
 def _warn_skipped(path: Path, tables: EventTables, warnings: list[str]) -> None:
@@ -125,19 +140,39 @@ def _rank_of(path: Path, metadata: dict[str, Any], warnings: list[str]) -> int:
     return -1  # resolved by load_traces
 
 
-def load_traces(paths: Iterable[str | Path], *, progress=None) -> tuple[list[RankTrace], list[str]]:
-    """Load every trace under ``paths``; one bad rank file among good ones is skipped with a warning."""
+def default_jobs(n_files: int) -> int:
+    """Worker processes for ``n_files`` rank files: ``BWDIAG_JOBS`` if set, else one per core."""
+    env = os.environ.get("BWDIAG_JOBS", "").strip()
+    if env:
+        try:
+            jobs = int(env)
+        except ValueError:
+            raise TraceError(f"BWDIAG_JOBS={env!r}: expected a whole number of worker processes") from None
+    else:
+        jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(jobs, n_files))
+
+
+def load_traces(paths: Iterable[str | Path], *, progress=None, file_progress=None,
+                jobs: int | None = None) -> tuple[list[RankTrace], list[str]]:
+    """Load every trace under ``paths``; one bad rank file among good ones is skipped with a warning.
+
+    Several files are parsed in parallel by ``jobs`` worker processes (default :func:`default_jobs`);
+    the result is identical to loading them one after another. ``progress()`` is called once per
+    file done; ``file_progress(done, total)`` reports bytes read of a single file (serial loads only).
+    """
     files = find_trace_files(list(paths))
+    jobs = default_jobs(len(files)) if jobs is None else max(1, min(jobs, len(files)))
     traces: list[RankTrace] = []
     warnings: list[str] = []
     errors: list[str] = []
-    for f in files:
-        try:
-            traces.append(load_rank(f))
-        except TraceError as err:
+    for f, result in zip(files, _load_all(files, jobs, file_progress)):
+        if isinstance(result, TraceError):
             if len(files) == 1:
-                raise
-            errors.append(str(err))
+                raise result
+            errors.append(str(result))
+        else:
+            traces.append(result)
         if progress is not None:
             progress()
     if not traces:
@@ -147,6 +182,30 @@ def load_traces(paths: Iterable[str | Path], *, progress=None) -> tuple[list[Ran
     for t in traces:
         warnings.extend(t.warnings)
     return sorted(traces, key=lambda t: t.rank), warnings
+
+
+def _load_or_error(path: Path, file_progress=None) -> RankTrace | TraceError:
+    try:
+        return load_rank(path, file_progress)
+    except TraceError as err:
+        return err
+
+
+def _load_all(files: list[Path], jobs: int, file_progress) -> Iterable[RankTrace | TraceError]:
+    """Each file's RankTrace (or its TraceError), in order; in worker processes when ``jobs`` > 1."""
+    if jobs <= 1:
+        for f in files:
+            yield _load_or_error(f, file_progress if len(files) == 1 else None)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        futures = [pool.submit(_load_or_error, f) for f in files]  # all submitted before any wait
+        for fut in futures:
+            yield fut.result()
 
 
 def _assign_ranks(traces: list[RankTrace], warnings: list[str]) -> None:

@@ -1,0 +1,229 @@
+"""bwdiag against HTA and against the floor, on the same traces, one measurement after another.
+
+Every measurement runs in a fresh Python subprocess, so its wall time includes interpreter start
+and imports (what a user waits for) and its peak RSS is its own:
+
+  floor    gzip-decompress + JSON-parse the file(s) alone (orjson), nothing else
+  hta      HTA ``TraceAnalysis`` load + temporal breakdown + kernel breakdown + comm/comp overlap
+           (HTA wants a folder holding only the traces: they are symlinked into a temporary one)
+  bwdiag   ``python -m bwdiag analyze PATH -o TMP --force`` end to end (diagnosis.json + report.html)
+  serial   (folders only) bwdiag on the same folder with ``BWDIAG_JOBS=1``: the ranks one after another
+
+Peak RSS is the larger of the kernel's ru_maxrss of the measured process tree (``os.wait4``: the
+largest single process) and the sampled sum of RSS over the whole tree (psutil, every 20 ms), so a
+process pool is charged for all its workers.
+
+    python benchmarks/analyze_speed.py ../shared/traces/hta/negative_queue_length_values_check/rank0.json.gz
+    python benchmarks/analyze_speed.py /tmp/big1m.json.gz /tmp/ranks8 --skip hta --json /tmp/speed.json
+
+Prints one table per trace and the ratios bwdiag/hta (c/b), bwdiag/floor (c/a) and peak RSS over
+the uncompressed JSON size. See benchmarks/README.md for recorded results and the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+MEASURES = ("floor", "hta", "bwdiag", "serial")
+
+FLOOR = r"""
+import gzip, sys, orjson
+for p in sys.argv[1:]:
+    raw = open(p, 'rb').read()
+    if raw[:2] == b'\x1f\x8b':
+        raw = gzip.decompress(raw)
+    doc = orjson.loads(raw)
+    n = len(doc['traceEvents'])
+    del raw, doc
+"""
+
+HTA = r"""
+import logging, sys
+logging.disable(logging.WARNING)
+from hta.trace_analysis import TraceAnalysis
+ta = TraceAnalysis(trace_dir=sys.argv[1])
+ta.get_temporal_breakdown(visualize=False)
+ta.get_gpu_kernel_breakdown(visualize=False)
+ta.get_comm_comp_overlap(visualize=False)
+"""
+
+
+@dataclass
+class Measurement:
+    trace: str
+    measure: str
+    wall_s: float
+    peak_rss_mb: float
+    returncode: int
+
+
+def trace_files(path: Path) -> list[Path]:
+    if path.is_dir():
+        return sorted(p for p in path.iterdir() if p.name.endswith((".json", ".json.gz")))
+    return [path]
+
+
+def json_bytes(files: list[Path]) -> int:
+    """Uncompressed JSON size of the files (streamed, never held in memory)."""
+    total = 0
+    for f in files:
+        opener = gzip.open if f.read_bytes()[:2] == b"\x1f\x8b" else open
+        with opener(f, "rb") as fh:
+            while chunk := fh.read(1 << 24):
+                total += len(chunk)
+    return total
+
+
+def run_measured(cmd: list[str], env: dict | None = None, cwd: Path = REPO) -> tuple[float, float, int]:
+    """Run ``cmd``; return (wall seconds, peak RSS in MB, return code)."""
+    peak = [0]
+    done = threading.Event()
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def sample() -> None:
+        try:
+            root = psutil.Process(proc.pid)
+        except psutil.NoSuchProcess:
+            return
+        while not done.is_set():
+            total = 0
+            try:
+                procs = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                break
+            for p in procs:
+                try:
+                    total += p.memory_info().rss
+                except psutil.NoSuchProcess:
+                    pass
+            peak[0] = max(peak[0], total)
+            done.wait(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    stderr = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        sys.stderr.write(stderr.decode("utf-8", "replace")[-2000:])
+    rss = max(usage.ru_maxrss * 1024, peak[0]) / 2**20
+    return wall, rss, proc.returncode
+
+
+def measure(path: Path, what: str, files: list[Path]) -> Measurement:
+    py = sys.executable
+    env = dict(os.environ)
+    env.pop("BWDIAG_JOBS", None)
+    if what == "floor":
+        cmd = [py, "-c", FLOOR, *map(str, files)]
+        wall, rss, rc = run_measured(cmd, env)
+    elif what == "hta":
+        with tempfile.TemporaryDirectory(prefix="bwdiag-hta-") as tmp:
+            for f in files:
+                os.symlink(f.resolve(), Path(tmp) / f.name)
+            wall, rss, rc = run_measured([py, "-c", HTA, tmp], env)
+    else:
+        if what == "serial":
+            env["BWDIAG_JOBS"] = "1"
+        out = tempfile.mkdtemp(prefix="bwdiag-speed-")
+        try:
+            cmd = [py, "-m", "bwdiag", "analyze", str(path), "-o", out, "--force"]
+            wall, rss, rc = run_measured(cmd, env)
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+    return Measurement(str(path), what, wall, rss, rc)
+
+
+def machine() -> str:
+    model = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = psutil.virtual_memory().total / 2**30
+    return f"{os.cpu_count()} cores, {model}, {mem:.0f} GiB RAM, Python {platform.python_version()}"
+
+
+def report(path: Path, rows: dict[str, Measurement], json_size: int, events: int | None) -> str:
+    lines = [f"\n{path}  ({json_size / 2**20:,.0f} MiB JSON" + (f", {events:,} events" if events else "") + ")"]
+    lines.append(f"  {'measure':<8} {'wall s':>9} {'peak RSS MiB':>13} {'RSS/JSON':>9}")
+    for name in MEASURES:
+        m = rows.get(name)
+        if m is None:
+            continue
+        flag = "" if m.returncode == 0 else f"  (exit {m.returncode})"
+        lines.append(f"  {name:<8} {m.wall_s:>9.2f} {m.peak_rss_mb:>13,.0f} "
+                     f"{m.peak_rss_mb * 2**20 / json_size:>9.2f}{flag}")
+    c = rows.get("bwdiag")
+    if c:
+        for label, other in (("c/b (bwdiag/hta)", "hta"), ("c/a (bwdiag/floor)", "floor"),
+                             ("bwdiag/serial", "serial")):
+            o = rows.get(other)
+            if o and o.wall_s > 0:
+                lines.append(f"  {label:<19} time {c.wall_s / o.wall_s:5.2f}   RSS {c.peak_rss_mb / o.peak_rss_mb:5.2f}")
+    return "\n".join(lines)
+
+
+def count_events(files: list[Path]) -> int | None:
+    """Events in the files, counted with a cheap byte scan (one ``"ph"`` key per event)."""
+    total = 0
+    for f in files:
+        opener = gzip.open if f.read_bytes()[:2] == b"\x1f\x8b" else open
+        with opener(f, "rb") as fh:
+            while chunk := fh.read(1 << 24):
+                total += chunk.count(b'"ph":')
+    return total or None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="bwdiag vs HTA vs the JSON-parse floor")
+    ap.add_argument("paths", nargs="+", type=Path, help="trace files or folders of rank files")
+    ap.add_argument("--skip", action="append", default=[], choices=MEASURES, help="leave a measurement out")
+    ap.add_argument("--only", action="append", default=[], choices=MEASURES, help="run only these")
+    ap.add_argument("--json", type=Path, help="also write the measurements here")
+    args = ap.parse_args(argv)
+    print(f"machine: {machine()}")
+    results = []
+    for path in args.paths:
+        files = trace_files(path)
+        size, events = json_bytes(files), count_events(files)
+        rows: dict[str, Measurement] = {}
+        for what in MEASURES:
+            if what in args.skip or (args.only and what not in args.only):
+                continue
+            if what == "serial" and not path.is_dir():
+                continue
+            rows[what] = m = measure(path, what, files)
+            print(f"  {path.name} {what}: {m.wall_s:.2f} s, {m.peak_rss_mb:,.0f} MiB", file=sys.stderr, flush=True)
+        print(report(path, rows, size, events), flush=True)
+        results.append({"path": str(path), "json_bytes": size, "events": events,
+                        "measurements": [asdict(m) for m in rows.values()]})
+    if args.json:
+        args.json.write_text(json.dumps({"machine": machine(), "results": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

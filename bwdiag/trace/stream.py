@@ -1,0 +1,181 @@
+"""Parse a trace file's ``traceEvents`` array in chunks, so the whole list of event dicts never exists.
+
+A 1 GB trace parsed in one ``orjson.loads`` becomes ~10 GB of Python dicts. Here the file is read
+(and gunzipped) block by block, the event array is cut at event boundaries into chunks of a few MB,
+and each chunk is parsed and handed to a consumer (the :class:`~bwdiag.trace.events.Tabulator`) that
+keeps only the columns bwdiag needs, so peak memory is the tables plus one chunk.
+
+A cut is tried at the last ``},`` before the chunk limit and accepted only if ``[`` + chunk + ``]``
+parses: a ``},`` inside a string or a nested object cannot give valid JSON (the string or the event
+would be left open), so a valid parse proves the cut is an event boundary. The top-level keys before
+the array (``deviceProperties`` …) and after it (tracelens files put ``deviceProperties`` last) are
+kept as metadata. Anything unusual — damaged JSON, a truncated gzip stream, no ``traceEvents`` key —
+raises :class:`NotStreamable`, and the caller falls back to the whole-file reader, which salvages
+what it can and words the error (:mod:`bwdiag.trace.read`).
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import orjson
+
+CHUNK_BYTES = 8 << 20  # JSON bytes per parsed chunk (~10x that in transient dicts)
+_READ_BYTES = 1 << 20
+_HEAD_LIMIT = 64 << 20  # the traceEvents key must appear within this many bytes
+_MAX_CUT_TRIES = 16
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+class NotStreamable(Exception):
+    """The file is not a clean trace document; read it whole with the salvaging reader instead."""
+
+
+def _blocks(path: Path, progress: Callable[[int, int], None] | None) -> Iterator[bytes]:
+    """The file's (gunzipped) bytes, block by block; ``progress(done, total)`` in file bytes."""
+    try:
+        fh = open(path, "rb")
+    except OSError as err:
+        raise NotStreamable(str(err)) from None
+    with fh:
+        total = path.stat().st_size
+        first = fh.read(_READ_BYTES)
+        done = len(first)
+        if not first.startswith(_GZIP_MAGIC):
+            block = first
+            while block:
+                yield block
+                if progress:
+                    progress(done, total)
+                block = fh.read(_READ_BYTES)
+                done += len(block)
+            return
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        block = first
+        while True:
+            try:
+                out = inflate.decompress(block)
+                while inflate.eof and inflate.unused_data:  # a multi-member gzip file
+                    rest = inflate.unused_data
+                    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    out += inflate.decompress(rest)
+            except zlib.error as err:
+                raise NotStreamable(f"gzip: {err}") from None
+            if out:
+                yield out
+            if progress:
+                progress(done, total)
+            block = fh.read(_READ_BYTES)
+            if not block:
+                break
+            done += len(block)
+        if not inflate.eof:
+            raise NotStreamable("gzip stream is cut short")
+        tail = inflate.flush()
+        if tail:
+            yield tail
+
+
+def _loads(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def stream_events(path: Path, consume: Callable[[list], None], *, chunk_bytes: int = CHUNK_BYTES,
+                  progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Feed the events of ``path`` to ``consume`` in chunks; return every other top-level key.
+
+    Raises :class:`NotStreamable` when the file is not a clean JSON trace document (the caller then
+    reads it whole, with salvage and error messages). ``consume`` may already have been called.
+    """
+    blocks = _blocks(path, progress)
+    buf = b""
+    eof = False
+
+    def fill(limit: int) -> None:
+        nonlocal buf, eof
+        parts = [buf]
+        size = len(buf)
+        while size < limit:
+            block = next(blocks, None)
+            if block is None:
+                eof = True
+                break
+            parts.append(block)
+            size += len(block)
+        buf = b"".join(parts)
+
+    # 1. The document's head: either a bare event array or an object whose traceEvents we find.
+    fill(1)
+    start = len(buf) - len(buf.lstrip())
+    while not eof and start == len(buf):
+        fill(len(buf) + 1)
+        start = len(buf) - len(buf.lstrip())
+    bare = buf[start:start + 1] == b"["
+    if bare:
+        metadata: dict[str, Any] = {}
+        buf = buf[start + 1:]
+    else:
+        key = buf.find(b'"traceEvents"')
+        while key < 0 and not eof and len(buf) < _HEAD_LIMIT:
+            fill(len(buf) + _READ_BYTES)
+            key = buf.find(b'"traceEvents"')
+        if key < 0:
+            raise NotStreamable("no traceEvents key")
+        head = _loads(buf[:key] + b'"traceEvents":[]}')
+        if not isinstance(head, dict):
+            raise NotStreamable("the keys before traceEvents do not parse")
+        head.pop("traceEvents")
+        metadata = head
+        rest = buf[key + len(b'"traceEvents"'):].lstrip()
+        while not eof and len(rest) < 2:
+            fill(len(buf) + _READ_BYTES)
+            rest = buf[key + len(b'"traceEvents"'):].lstrip()
+        if not rest.startswith(b":"):
+            raise NotStreamable("traceEvents is not followed by ':'")
+        rest = rest[1:].lstrip()
+        if not rest.startswith(b"["):
+            raise NotStreamable("traceEvents is not an array")
+        buf = rest[1:]
+
+    # 2. Whole chunks of events, cut at event boundaries.
+    while True:
+        fill(chunk_bytes + _READ_BYTES)
+        if eof and len(buf) <= chunk_bytes + _READ_BYTES:
+            break
+        limit = chunk_bytes
+        for _ in range(_MAX_CUT_TRIES):
+            cut = buf.rfind(b"},", 0, limit)
+            if cut < 0:
+                break
+            events = _loads(b"[" + buf[: cut + 1] + b"]")
+            if isinstance(events, list):
+                consume(events)
+                del events
+                buf = buf[cut + 2:]
+                break
+            limit = cut
+        else:
+            raise NotStreamable("no event boundary found")
+        if cut < 0:
+            if len(buf) > 32 * chunk_bytes:
+                raise NotStreamable("no event boundary found")
+            chunk_bytes *= 2  # one huge event (or no boundary yet): take a larger chunk
+
+    # 3. The last events and whatever top-level keys follow the array.
+    if bare:
+        events = _loads(b"[" + buf)
+        if not isinstance(events, list):
+            raise NotStreamable("the end of the event array does not parse")
+        consume(events)
+        return metadata
+    tail = _loads(b'{"traceEvents":[' + buf)
+    if not isinstance(tail, dict) or not isinstance(tail.get("traceEvents"), list):
+        raise NotStreamable("the end of the document does not parse")
+    consume(tail.pop("traceEvents"))
+    metadata.update(tail)
+    return metadata
