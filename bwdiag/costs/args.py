@@ -21,6 +21,14 @@ _SCHEMA_NAMESPACES = frozenset({"aten"})
 @lru_cache(maxsize=2048)
 def _overloads(name: str) -> tuple[tuple[tuple[str, str, bool], ...], ...]:
     """Per overload of ``ns::op``: ((arg name, arg type text, is_out), ...)."""
+    from .torch_free import overloads  # tabled: no torch import (see torch_free)
+
+    tabled = overloads(name)
+    return tabled if tabled is not None else _torch_overloads(name)
+
+
+def _torch_overloads(name: str) -> tuple[tuple[tuple[str, str, bool], ...], ...]:
+    """:func:`_overloads` asked of the installed torch."""
     ns, sep, op = name.partition("::")
     if not sep or ns not in _SCHEMA_NAMESPACES or not op.isidentifier():
         return ()

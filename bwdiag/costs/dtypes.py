@@ -144,23 +144,37 @@ def promote(dimensioned: list[str], zero_dim: list[str]) -> str | None:
     tensors and Python scalars. A 0-dim operand only matters when it is of a higher category
     (bool < integer < floating); it is then taken as a wrapped Python number (default fp32).
     """
-    import torch  # local: keep module import cheap
+    from .torch_free import UNKNOWN, promote_types
 
     types = [t for t in dimensioned if is_tensor_type(t)] or [t for t in zero_dim if is_tensor_type(t)]
     if not types:
         return None
+    out = promote_types(types)  # tabled from torch: no torch import (see torch_free)
+    if out is UNKNOWN:
+        out = _promote_with_torch(types)
+    if dimensioned and out is not None:
+        top = max((_kind(t) for t in zero_dim if is_tensor_type(t)), default=-1)
+        if top > _kind(out) and top == 2:
+            return "float"
+    return out
+
+
+def _promote_with_torch(types: list[str]) -> str | None:
+    import torch  # local: keep module import cheap
+
     try:
         result = _to_torch(types[0])
         for t in types[1:]:
             result = torch.promote_types(result, _to_torch(t))
     except (KeyError, TypeError, RuntimeError):
         return None
-    out = _from_torch(result)
-    if dimensioned and out is not None:
-        top = max((_kind(t) for t in zero_dim if is_tensor_type(t)), default=-1)
-        if top > _kind(out) and top == 2:
-            return "float"
-    return out
+    return _from_torch(result)
+
+
+# Kineto type strings with a torch dtype (the keys of _to_torch's table).
+_TORCH_TYPE_NAMES = ("double", "float", "c10::Half", "c10::BFloat16", "long int", "long", "int", "short int",
+                     "short", "signed char", "unsigned char", "bool", "c10::Float8_e4m3fn", "c10::Float8_e5m2",
+                     "c10::complex<float>", "c10::complex<double>")
 
 
 def _to_torch(type_str: str):

@@ -91,8 +91,7 @@ def gpu_activities(trace: RankTrace) -> pd.DataFrame:
     module = ops["module"].reindex(op_idx).to_numpy(dtype=object) if n else np.array([], dtype=object)
     module = np.where(op_idx >= 0, module, None)
     uniq_ops, op_codes = np.unique(op_idx, return_inverse=True)
-    shapes = np.array([_shapes_str(ops, i) for i in uniq_ops] + [None], dtype=object)[op_codes] \
-        if n else np.array([], dtype=object)
+    shapes = np.array(_shapes_of(ops, uniq_ops), dtype=object)[op_codes] if n else np.array([], dtype=object)
     out = pd.DataFrame(
         {
             "name": gpu["name"], "kind": gpu["kind"], "ts": gpu["ts"], "dur": gpu["dur"], "end": gpu["end"],
@@ -110,12 +109,13 @@ def cpu_activities(trace: RankTrace) -> pd.DataFrame:
     leaf = ops[(ops["cat"] == "cpu_op") & (ops["children"] == 0) & (ops["dur"] > 0)]
     costs = _op_costs(ops, leaf.index.to_numpy())
     rows = []
-    for idx, name, ts, dur, end, tid, module in zip(leaf.index, leaf["name"], leaf["ts"], leaf["dur"], leaf["end"],
-                                                     leaf["tid"], leaf["module"]):
+    shapes = _shapes_of(ops, leaf.index.to_numpy())
+    for idx, name, ts, dur, end, tid, module, shape in zip(leaf.index, leaf["name"], leaf["ts"], leaf["dur"],
+                                                            leaf["end"], leaf["tid"], leaf["module"], shapes):
         cost = costs[idx]
         rows.append(
             (name, "cpu_op", ts, dur, end, tid, None, idx, name,
-             _shapes_str(ops, idx), module, cost.category.value, cost.dtype, cost.tensor,
+             shape, module, cost.category.value, cost.dtype, cost.tensor,
              np.nan if cost.flops is None else cost.flops, np.nan if cost.bytes is None else cost.bytes,
              False, "self", None)
         )
@@ -144,10 +144,15 @@ def _op_costs(ops: pd.DataFrame, indices) -> dict[int, Cost]:
     return out
 
 
-def _shapes_str(ops: pd.DataFrame, idx: int) -> str | None:
-    if idx < 0:
-        return None
-    dims, types = ops.at[idx, "dims"], ops.at[idx, "types"]
+def _shapes_of(ops: pd.DataFrame, indices: np.ndarray) -> list[str | None]:
+    """The shapes column text (``f32[4096, 100], …``) of each op label (-1 gives None)."""
+    valid = indices[indices >= 0]
+    sel = ops.loc[valid, ["dims", "types"]]
+    found = {i: _format_shapes(d, t) for i, d, t in zip(valid, sel["dims"], sel["types"])}
+    return [found.get(i) for i in indices]
+
+
+def _format_shapes(dims, types) -> str | None:
     if not isinstance(dims, list):
         return None
     parts = []

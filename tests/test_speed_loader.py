@@ -1,0 +1,170 @@
+"""The fast loader gives exactly what the plain one gives: chunked parsing, parallel ranks, big traces.
+
+No timings here (benchmarks/analyze_speed.py measures speed); only that the fast paths change
+nothing: the chunked reader against a whole-file ``orjson.loads``, worker processes against a serial
+loop, and the big-trace generator's copies against the trace they were made from.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+from pathlib import Path
+
+import orjson
+import pandas as pd
+import pytest
+
+from bwdiag.trace.events import Tabulator, tabulate
+from bwdiag.trace.load import load_rank, load_traces
+from bwdiag.trace.read import read_trace_file
+from bwdiag.trace.stream import NotStreamable, stream_events
+from tests.conftest import A100_NCCL, A100_TRAIN, H100_QWEN, REPO, shared_trace
+
+TABLES = ("gpu", "ops", "runtime", "annotations", "modules")
+
+
+def assert_same_tables(a, b) -> None:
+    for name in TABLES:
+        pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name), check_exact=True)
+    assert a.flows == b.flows
+    assert a.t0_us == b.t0_us
+    assert a.skipped == b.skipped
+    assert a.unknown_categories == b.unknown_categories
+
+
+def streamed(path: Path, chunk_bytes: int):
+    tab = Tabulator()
+    meta = stream_events(path, tab.add, chunk_bytes=chunk_bytes)
+    return meta, tab.finish()
+
+
+@pytest.mark.parametrize("rel", [A100_TRAIN, A100_NCCL, H100_QWEN, "hta/call_stack/backward_thread.json",
+                                 "tracelens/mi300/resnet_act_checkpoint.json.gz"])
+def test_chunked_reader_gives_the_plain_tables(rel):
+    """Chunks of 64 KiB (hundreds of cuts) give the tables and metadata of one whole-file parse.
+
+    The tracelens H100 trace puts ``deviceProperties`` after ``traceEvents``: it must still be read.
+    """
+    path = shared_trace(rel)
+    raw = read_trace_file(path)
+    plain = tabulate(raw.events)
+    meta, chunked = streamed(path, 64 << 10)
+    assert_same_tables(plain, chunked)
+    assert meta == raw.metadata
+    assert list(meta) == list(raw.metadata)  # same key order as the document
+    if rel == H100_QWEN:
+        assert meta["deviceProperties"][0]["name"] == "NVIDIA H100 80GB HBM3"
+
+
+def test_cuts_inside_strings_and_nested_objects_are_refused(tmp_path):
+    """A ``},`` inside a name or a nested args object is no event boundary; the tables stay exact."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": 'aten::weird"},{"', "pid": 1, "tid": 1, "ts": 10 + i, "dur": 1,
+         "args": {"External id": i, "nested": [{"a": 1}, {"b": [{"c": "},"}]}]}}
+        for i in range(40)
+    ]
+    doc = {"schemaVersion": 1, "traceEvents": events, "deviceProperties": [{"id": 0, "name": "X"}]}
+    path = tmp_path / "t.json"
+    path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    meta, chunked = streamed(path, 300)  # smaller than three events: cuts everywhere
+    assert meta == {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "X"}]}
+    assert list(chunked.ops["name"]) == ['aten::weird"},{"'] * 40
+    assert list(chunked.ops["ext_id"]) == list(range(40))
+    assert_same_tables(tabulate(events), chunked)
+
+
+def test_bare_event_array_streams(tmp_path):
+    events = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 5 + i, "dur": 2,
+               "args": {"correlation": i, "stream": 7, "device": 0}} for i in range(10)]
+    path = tmp_path / "bare.json"
+    path.write_bytes(json.dumps(events).encode())
+    meta, chunked = streamed(path, 100)
+    assert meta == {}
+    assert list(chunked.gpu["correlation"]) == list(range(10))
+    assert list(chunked.gpu["ts"]) == [float(i) for i in range(10)]  # relative to the first (5 µs)
+
+
+@pytest.mark.parametrize("damage", ["truncated_gzip", "truncated_json", "nan", "not_a_trace"])
+def test_damaged_files_fall_back_to_the_salvaging_reader(tmp_path, damage):
+    """Anything the chunked reader cannot vouch for goes through read_trace_file: same tables, warnings."""
+    src = shared_trace("hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz")
+    data = gzip.decompress(src.read_bytes())
+    path = tmp_path / "t.json"
+    if damage == "truncated_gzip":
+        path = tmp_path / "t.json.gz"
+        path.write_bytes(gzip.compress(data)[: len(gzip.compress(data)) * 2 // 3])
+    elif damage == "truncated_json":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "nan":
+        path.write_bytes(data.replace(b'"dur": 1,', b'"dur": NaN,', 1))
+    else:
+        path.write_bytes(b'{"hello": "world"}')
+    with pytest.raises(NotStreamable):
+        stream_events(path, lambda events: None)
+    if damage == "not_a_trace":
+        from bwdiag.errors import TraceError
+
+        with pytest.raises(TraceError):
+            load_rank(path)
+        return
+    raw = read_trace_file(path)
+    rank = load_rank(path)
+    expected = tabulate(raw.events)
+    assert len(rank.ops) == len(expected.ops) > 0
+    assert all(w in rank.warnings for w in raw.warnings) and raw.warnings
+
+
+def test_parallel_ranks_equal_serial():
+    """Worker processes load exactly what a serial loop loads, in the same rank order."""
+    files = [shared_trace("hta/timeline_analysis/sampled_rank-0.json.gz"),
+             shared_trace("hta/trace_filter/sampled_rank-1.json.gz"),
+             shared_trace("hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz")]
+    serial, w1 = load_traces(files, jobs=1)
+    parallel, w2 = load_traces(files, jobs=2)
+    assert w1 == w2
+    assert [t.rank for t in serial] == [t.rank for t in parallel]
+    for a, b in zip(serial, parallel):
+        assert a.path == b.path and a.metadata == b.metadata and a.link_stats == b.link_stats
+        assert_same_tables(a.tables, b.tables)
+
+
+def test_bad_rank_among_good_ones_is_skipped_in_parallel(tmp_path):
+    good = shared_trace("hta/triton_example/triton_example.json.gz")
+    bad = tmp_path / "rank1.json"
+    bad.write_bytes(b"not json at all")
+    traces, warnings = load_traces([good, bad], jobs=2)
+    assert [t.path for t in traces] == [good]
+    assert any("skipped unreadable rank file" in w and "rank1.json" in w for w in warnings)
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("make_big_trace", REPO / "benchmarks" / "make_big_trace.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_generated_trace_repeats_the_source_with_consistent_links(tmp_path):
+    """Three shifted copies: three times the kernels, steps and links, each copy linked to itself."""
+    src = shared_trace(A100_NCCL)
+    gen = _generator()
+    doc = gen.load(src)
+    out = tmp_path / "big.json.gz"
+    n = gen.write_trace(doc, 3, out, rank=5, world=8)
+    original = load_rank(src)
+    big = load_rank(out)
+    body = sum(1 for e in doc["traceEvents"] if e.get("ph") != "M")
+    assert n == len(doc["traceEvents"]) + 2 * body
+    assert big.rank == 5 and big.metadata["distributedInfo"]["world_size"] == 8
+    assert len(big.gpu) == 3 * len(original.gpu)
+    assert big.link_stats.linked_pct == pytest.approx(original.link_stats.linked_pct)
+    assert (big.gpu["link"].value_counts() == 3 * original.gpu["link"].value_counts()).all()
+    # Every kernel's op is from its own copy: the op starts within the same copy's time span.
+    span = original.gpu["end"].max() - min(original.gpu["ts"].min(), original.ops["ts"].min())
+    linked = big.gpu[big.gpu["op"] >= 0]
+    op_ts = big.ops["ts"].to_numpy()[linked["op"].to_numpy()]
+    assert ((linked["ts"].to_numpy() - op_ts) < span).all()
+    steps = big.tables.annotations["name"].str.startswith("ProfilerStep#")
+    assert steps.sum() == 3 * original.tables.annotations["name"].str.startswith("ProfilerStep#").sum()
