@@ -10,8 +10,9 @@ and imports (what a user waits for) and its peak RSS is its own:
   serial   (folders only) bwdiag on the same folder with ``BWDIAG_JOBS=1``: the ranks one after another
 
 Peak RSS is the larger of the kernel's ru_maxrss of the measured process tree (``os.wait4``: the
-largest single process) and the sampled sum of RSS over the whole tree (psutil, every 20 ms), so a
-process pool is charged for all its workers.
+largest single process) and the sampled sum of PSS over the whole tree (psutil, every 20 ms), so a
+process pool is charged for all its workers (shared pages once). CPU seconds (user + system, the
+tree) are printed beside wall time: on a shared machine wall time also measures the neighbours.
 
     python benchmarks/analyze_speed.py ../shared/traces/hta/negative_queue_length_values_check/rank0.json.gz
     python benchmarks/analyze_speed.py /tmp/big1m.json.gz /tmp/ranks8 --skip hta --json /tmp/speed.json
@@ -68,6 +69,7 @@ class Measurement:
     trace: str
     measure: str
     wall_s: float
+    cpu_s: float  # user + system of the process and its children (less than wall x cores when busy)
     peak_rss_mb: float
     returncode: int
 
@@ -89,8 +91,16 @@ def json_bytes(files: list[Path]) -> int:
     return total
 
 
-def run_measured(cmd: list[str], env: dict | None = None, cwd: Path = REPO) -> tuple[float, float, int]:
-    """Run ``cmd``; return (wall seconds, peak RSS in MB, return code)."""
+def _pss(p: psutil.Process) -> int:
+    """Proportional set size: pages shared with forked workers are counted once over the tree."""
+    try:
+        return p.memory_full_info().pss
+    except (AttributeError, psutil.AccessDenied):
+        return p.memory_info().rss
+
+
+def run_measured(cmd: list[str], env: dict | None = None, cwd: Path = REPO) -> tuple[float, float, float, int]:
+    """Run ``cmd``; return (wall seconds, CPU seconds of the tree, peak RSS in MiB, return code)."""
     peak = [0]
     done = threading.Event()
     start = time.perf_counter()
@@ -109,8 +119,8 @@ def run_measured(cmd: list[str], env: dict | None = None, cwd: Path = REPO) -> t
                 break
             for p in procs:
                 try:
-                    total += p.memory_info().rss
-                except psutil.NoSuchProcess:
+                    total += _pss(p)
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
                     pass
             peak[0] = max(peak[0], total)
             done.wait(0.02)
@@ -126,7 +136,7 @@ def run_measured(cmd: list[str], env: dict | None = None, cwd: Path = REPO) -> t
     if proc.returncode != 0:
         sys.stderr.write(stderr.decode("utf-8", "replace")[-2000:])
     rss = max(usage.ru_maxrss * 1024, peak[0]) / 2**20
-    return wall, rss, proc.returncode
+    return wall, usage.ru_utime + usage.ru_stime, rss, proc.returncode
 
 
 def measure(path: Path, what: str, files: list[Path]) -> Measurement:
@@ -135,22 +145,22 @@ def measure(path: Path, what: str, files: list[Path]) -> Measurement:
     env.pop("BWDIAG_JOBS", None)
     if what == "floor":
         cmd = [py, "-c", FLOOR, *map(str, files)]
-        wall, rss, rc = run_measured(cmd, env)
+        wall, cpu, rss, rc = run_measured(cmd, env)
     elif what == "hta":
         with tempfile.TemporaryDirectory(prefix="bwdiag-hta-") as tmp:
             for f in files:
                 os.symlink(f.resolve(), Path(tmp) / f.name)
-            wall, rss, rc = run_measured([py, "-c", HTA, tmp], env)
+            wall, cpu, rss, rc = run_measured([py, "-c", HTA, tmp], env)
     else:
         if what == "serial":
             env["BWDIAG_JOBS"] = "1"
         out = tempfile.mkdtemp(prefix="bwdiag-speed-")
         try:
             cmd = [py, "-m", "bwdiag", "analyze", str(path), "-o", out, "--force"]
-            wall, rss, rc = run_measured(cmd, env)
+            wall, cpu, rss, rc = run_measured(cmd, env)
         finally:
             shutil.rmtree(out, ignore_errors=True)
-    return Measurement(str(path), what, wall, rss, rc)
+    return Measurement(str(path), what, wall, cpu, rss, rc)
 
 
 def machine() -> str:
@@ -168,13 +178,13 @@ def machine() -> str:
 
 def report(path: Path, rows: dict[str, Measurement], json_size: int, events: int | None) -> str:
     lines = [f"\n{path}  ({json_size / 2**20:,.0f} MiB JSON" + (f", {events:,} events" if events else "") + ")"]
-    lines.append(f"  {'measure':<8} {'wall s':>9} {'peak RSS MiB':>13} {'RSS/JSON':>9}")
+    lines.append(f"  {'measure':<8} {'wall s':>9} {'cpu s':>8} {'peak RSS MiB':>13} {'RSS/JSON':>9}")
     for name in MEASURES:
         m = rows.get(name)
         if m is None:
             continue
         flag = "" if m.returncode == 0 else f"  (exit {m.returncode})"
-        lines.append(f"  {name:<8} {m.wall_s:>9.2f} {m.peak_rss_mb:>13,.0f} "
+        lines.append(f"  {name:<8} {m.wall_s:>9.2f} {m.cpu_s:>8.2f} {m.peak_rss_mb:>13,.0f} "
                      f"{m.peak_rss_mb * 2**20 / json_size:>9.2f}{flag}")
     c = rows.get("bwdiag")
     if c:
@@ -182,7 +192,8 @@ def report(path: Path, rows: dict[str, Measurement], json_size: int, events: int
                              ("bwdiag/serial", "serial")):
             o = rows.get(other)
             if o and o.wall_s > 0:
-                lines.append(f"  {label:<19} time {c.wall_s / o.wall_s:5.2f}   RSS {c.peak_rss_mb / o.peak_rss_mb:5.2f}")
+                lines.append(f"  {label:<19} wall {c.wall_s / o.wall_s:5.2f}   cpu {c.cpu_s / o.cpu_s:5.2f}   "
+                             f"RSS {c.peak_rss_mb / o.peak_rss_mb:5.2f}")
     return "\n".join(lines)
 
 
@@ -204,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", default=[], choices=MEASURES, help="run only these")
     ap.add_argument("--json", type=Path, help="also write the measurements here")
     args = ap.parse_args(argv)
-    print(f"machine: {machine()}")
+    print(f"machine: {machine()}; load average before: {os.getloadavg()[0]:.2f}")
     results = []
     for path in args.paths:
         files = trace_files(path)
@@ -216,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
             if what == "serial" and not path.is_dir():
                 continue
             rows[what] = m = measure(path, what, files)
-            print(f"  {path.name} {what}: {m.wall_s:.2f} s, {m.peak_rss_mb:,.0f} MiB", file=sys.stderr, flush=True)
+            print(f"  {path.name} {what}: {m.wall_s:.2f} s wall, {m.cpu_s:.2f} s cpu, {m.peak_rss_mb:,.0f} MiB",
+                  file=sys.stderr, flush=True)
         print(report(path, rows, size, events), flush=True)
         results.append({"path": str(path), "json_bytes": size, "events": events,
                         "measurements": [asdict(m) for m in rows.values()]})

@@ -168,3 +168,18 @@ def test_generated_trace_repeats_the_source_with_consistent_links(tmp_path):
     assert ((linked["ts"].to_numpy() - op_ts) < span).all()
     steps = big.tables.annotations["name"].str.startswith("ProfilerStep#")
     assert steps.sum() == 3 * original.tables.annotations["name"].str.startswith("ProfilerStep#").sum()
+
+
+def test_parallel_chunks_of_one_file_equal_serial(monkeypatch):
+    """Chunks parsed by two worker processes and merged give the serial tables (ids remapped)."""
+    import bwdiag.trace.load as load_mod
+    import bwdiag.trace.stream as stream_mod
+
+    path = shared_trace(A100_TRAIN)
+    serial = load_rank(path, jobs=1)
+    monkeypatch.setattr(load_mod, "PARALLEL_MIN_BYTES", {"gzip": 0, "plain": 0})
+    monkeypatch.setattr(stream_mod, "CHUNK_BYTES", 1 << 20)  # ~25 chunks over the two workers
+    parallel = load_rank(path, jobs=2)
+    assert_same_tables(serial.tables, parallel.tables)
+    assert serial.metadata == parallel.metadata and serial.link_stats == parallel.link_stats
+    assert serial.ops["sig"].nunique() == parallel.ops["sig"].nunique()

@@ -311,6 +311,29 @@ class Tabulator:
         ann["pid"].append(pid)
         ann["tid"].append(tid)
 
+    def detach(self) -> Tabulator:
+        """Drop the lookup dicts (not needed once tabulated), to send a worker's part cheaply."""
+        self._strings = {}
+        self._sigs = {}
+        return self
+
+    def merge(self, part: Tabulator) -> None:
+        """Append another Tabulator's rows (the next chunk of the same file, tabulated elsewhere)."""
+        remap = np.array([self._sig(*v)[0] for v in part._sig_values], dtype=np.int64)
+        sig = part.ops.cols["sig"]
+        if len(sig):
+            part.ops.cols["sig"] = array("q", remap[np.frombuffer(sig, dtype=np.int64)].tobytes())
+        for mine, theirs in ((self.gpu, part.gpu), (self.ops, part.ops), (self.runtime, part.runtime),
+                             (self.annotations, part.annotations), (self.modules, part.modules)):
+            for c, col in mine.cols.items():
+                col.extend(theirs.cols[c])
+        self.flows.update(part.flows)
+        for mine, theirs in ((self.skipped, part.skipped), (self.unknown, part.unknown)):
+            for k, v in theirs.items():
+                mine[k] = mine.get(k, 0) + v
+        self.t0 = min(self.t0, part.t0)
+        self.events += part.events
+
     def finish(self) -> EventTables:
         """The tables, with times relative to the earliest timed event."""
         t0 = 0.0 if self.t0 is math.inf else self.t0

@@ -14,7 +14,7 @@ from bwdiag.errors import TraceError
 from bwdiag.trace.events import EventTables, Tabulator
 from bwdiag.trace.link import LinkStats, link
 from bwdiag.trace.read import read_trace_file
-from bwdiag.trace.stream import NotStreamable, stream_events
+from bwdiag.trace.stream import CutRejected, NotStreamable, stream_events
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -82,16 +82,21 @@ def _is_trace_name(name: str) -> bool:
     return name.endswith(TRACE_SUFFIXES) and name not in ("diagnosis.json",)
 
 
-def load_rank(path: Path, progress: Callable[[int, int], None] | None = None) -> RankTrace:
+def load_rank(path: Path, progress: Callable[[int, int], None] | None = None, jobs: int = 1) -> RankTrace:
     """Read, tabulate and link one trace file.
 
     Clean files are parsed in chunks (:mod:`bwdiag.trace.stream`), so the full list of event dicts
     never exists; a damaged file is read whole by :func:`~bwdiag.trace.read.read_trace_file`, which
     salvages what it can. Both give identical tables. ``progress(done, total)`` reports file bytes.
+    With ``jobs`` > 1 a big file's chunks are parsed by that many worker processes.
     """
     tab = Tabulator()
     try:
-        metadata = stream_events(path, tab.add, progress=progress)
+        try:
+            metadata = _stream(path, tab, progress, jobs)
+        except CutRejected:
+            tab = Tabulator()
+            metadata = stream_events(path, tab.add, progress=progress)
         warnings: list[str] = []
     except NotStreamable:
         raw = read_trace_file(path)
@@ -110,6 +115,32 @@ def load_rank(path: Path, progress: Callable[[int, int], None] | None = None) ->
         )
     rank = _rank_of(path, metadata, warnings)
     return RankTrace(path, rank, metadata, tables, stats, warnings)
+
+
+# Files at least this big (on disk) are parsed by several processes when jobs allow.
+PARALLEL_MIN_BYTES = {"gzip": 4 << 20, "plain": 48 << 20}
+
+
+def _stream(path: Path, tab: Tabulator, progress, jobs: int) -> dict[str, Any]:
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            gz = fh.read(2) == b"\x1f\x8b"
+    except OSError:
+        size, gz = 0, False
+    if jobs <= 1 or size < PARALLEL_MIN_BYTES["gzip" if gz else "plain"]:
+        return stream_events(path, tab.add, progress=progress)
+    with _pool(jobs) as pool:
+        return stream_events(path, tab.add, progress=progress, executor=pool, merge=tab.merge)
+
+
+def _pool(jobs: int):
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    methods = multiprocessing.get_all_start_methods()
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(
+        "fork" if "fork" in methods else None))
 
 
 def _warn_skipped(path: Path, tables: EventTables, warnings: list[str]) -> None:
@@ -141,7 +172,10 @@ def _rank_of(path: Path, metadata: dict[str, Any], warnings: list[str]) -> int:
 
 
 def default_jobs(n_files: int) -> int:
-    """Worker processes for ``n_files`` rank files: ``BWDIAG_JOBS`` if set, else one per core."""
+    """Worker processes for ``n_files`` rank files: ``BWDIAG_JOBS`` if set, else one per core.
+
+    One file gets them all (its chunks are parsed in parallel); several get at most one each.
+    """
     env = os.environ.get("BWDIAG_JOBS", "").strip()
     if env:
         try:
@@ -150,19 +184,19 @@ def default_jobs(n_files: int) -> int:
             raise TraceError(f"BWDIAG_JOBS={env!r}: expected a whole number of worker processes") from None
     else:
         jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(jobs, n_files))
+    return max(1, min(jobs, n_files) if n_files > 1 else jobs)
 
 
 def load_traces(paths: Iterable[str | Path], *, progress=None, file_progress=None,
                 jobs: int | None = None) -> tuple[list[RankTrace], list[str]]:
     """Load every trace under ``paths``; one bad rank file among good ones is skipped with a warning.
 
-    Several files are parsed in parallel by ``jobs`` worker processes (default :func:`default_jobs`);
-    the result is identical to loading them one after another. ``progress()`` is called once per
+    Several files are parsed in parallel by ``jobs`` worker processes (default :func:`default_jobs`),
+    and so are the chunks of one big file; the result is identical to a serial load. ``progress()`` is called once per
     file done; ``file_progress(done, total)`` reports bytes read of a single file (serial loads only).
     """
     files = find_trace_files(list(paths))
-    jobs = default_jobs(len(files)) if jobs is None else max(1, min(jobs, len(files)))
+    jobs = default_jobs(len(files)) if jobs is None else max(1, min(jobs, len(files)) if len(files) > 1 else jobs)
     traces: list[RankTrace] = []
     warnings: list[str] = []
     errors: list[str] = []
@@ -184,25 +218,23 @@ def load_traces(paths: Iterable[str | Path], *, progress=None, file_progress=Non
     return sorted(traces, key=lambda t: t.rank), warnings
 
 
-def _load_or_error(path: Path, file_progress=None) -> RankTrace | TraceError:
+def _load_or_error(path: Path, file_progress=None, jobs: int = 1) -> RankTrace | TraceError:
     try:
-        return load_rank(path, file_progress)
+        return load_rank(path, file_progress, jobs)
     except TraceError as err:
         return err
 
 
 def _load_all(files: list[Path], jobs: int, file_progress) -> Iterable[RankTrace | TraceError]:
     """Each file's RankTrace (or its TraceError), in order; in worker processes when ``jobs`` > 1."""
+    if len(files) == 1:  # one file: its chunks may still be parsed in parallel
+        yield _load_or_error(files[0], file_progress, jobs)
+        return
     if jobs <= 1:
         for f in files:
-            yield _load_or_error(f, file_progress if len(files) == 1 else None)
+            yield _load_or_error(f)
         return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+    with _pool(jobs) as pool:
         futures = [pool.submit(_load_or_error, f) for f in files]  # all submitted before any wait
         for fut in futures:
             yield fut.result()

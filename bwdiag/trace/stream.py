@@ -17,6 +17,7 @@ what it can and words the error (:mod:`bwdiag.trace.read`).
 from __future__ import annotations
 
 import zlib
+from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -31,6 +32,22 @@ _GZIP_MAGIC = b"\x1f\x8b"
 
 class NotStreamable(Exception):
     """The file is not a clean trace document; read it whole with the salvaging reader instead."""
+
+
+class CutRejected(NotStreamable):
+    """A chunk sent to a worker was not cut at an event boundary: stream the file serially instead."""
+
+
+def tabulate_chunk(data: bytes):
+    """Worker side of a parallel stream: parse one chunk of events and tabulate it (None if invalid)."""
+    from bwdiag.trace.events import Tabulator
+
+    events = _loads(b"[" + data + b"]")
+    if not isinstance(events, list):
+        return None
+    part = Tabulator()
+    part.add(events)
+    return part.detach()
 
 
 def _blocks(path: Path, progress: Callable[[int, int], None] | None) -> Iterator[bytes]:
@@ -78,6 +95,24 @@ def _blocks(path: Path, progress: Callable[[int, int], None] | None) -> Iterator
             yield tail
 
 
+def _boundary(buf: bytes, limit: int) -> int:
+    """Position of the last ``}`` before ``limit`` that is followed by ``,`` and the next ``{`` (or -1).
+
+    Only a candidate: ``}, {`` can also sit inside a string or a nested list of objects; the parse
+    of the chunk decides.
+    """
+    while True:
+        cut = buf.rfind(b"},", 0, limit)
+        if cut < 0:
+            return -1
+        nxt = cut + 2
+        while nxt < len(buf) and buf[nxt] in b" \t\r\n":
+            nxt += 1
+        if nxt < len(buf) and buf[nxt] == 0x7B:  # "{"
+            return cut
+        limit = cut
+
+
 def _loads(data: bytes) -> Any:
     try:
         return orjson.loads(data)
@@ -85,13 +120,30 @@ def _loads(data: bytes) -> Any:
         return None
 
 
-def stream_events(path: Path, consume: Callable[[list], None], *, chunk_bytes: int = CHUNK_BYTES,
-                  progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+def stream_events(path: Path, consume: Callable[[list], None], *, chunk_bytes: int | None = None,
+                  progress: Callable[[int, int], None] | None = None, executor=None,
+                  merge: Callable[[Any], None] | None = None) -> dict[str, Any]:
     """Feed the events of ``path`` to ``consume`` in chunks; return every other top-level key.
 
     Raises :class:`NotStreamable` when the file is not a clean JSON trace document (the caller then
     reads it whole, with salvage and error messages). ``consume`` may already have been called.
+
+    With an ``executor`` (a process pool), whole chunks are parsed and tabulated by its workers
+    (:func:`tabulate_chunk`) and their partial tables handed, in file order, to ``merge``; only the
+    last events go to ``consume``. A chunk a worker cannot parse raises :class:`CutRejected`.
     """
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
+    pending: deque = deque()
+
+    def drain(keep: int) -> None:
+        while len(pending) > keep:
+            part = pending.popleft().result()
+            if part is None:
+                for fut in pending:
+                    fut.cancel()
+                raise CutRejected("a chunk was not cut at an event boundary")
+            merge(part)
+
     blocks = _blocks(path, progress)
     buf = b""
     eof = False
@@ -148,8 +200,19 @@ def stream_events(path: Path, consume: Callable[[list], None], *, chunk_bytes: i
         if eof and len(buf) <= chunk_bytes + _READ_BYTES:
             break
         limit = chunk_bytes
+        if executor is not None:
+            cut = _boundary(buf, limit)
+            if cut >= 0:
+                pending.append(executor.submit(tabulate_chunk, buf[: cut + 1]))
+                buf = buf[cut + 2:]
+                drain(2 * getattr(executor, "_max_workers", 2))
+                continue
+            if len(buf) > 32 * chunk_bytes:
+                raise NotStreamable("no event boundary found")
+            chunk_bytes *= 2
+            continue
         for _ in range(_MAX_CUT_TRIES):
-            cut = buf.rfind(b"},", 0, limit)
+            cut = _boundary(buf, limit)
             if cut < 0:
                 break
             events = _loads(b"[" + buf[: cut + 1] + b"]")
@@ -166,6 +229,7 @@ def stream_events(path: Path, consume: Callable[[list], None], *, chunk_bytes: i
                 raise NotStreamable("no event boundary found")
             chunk_bytes *= 2  # one huge event (or no boundary yet): take a larger chunk
 
+    drain(0)
     # 3. The last events and whatever top-level keys follow the array.
     if bare:
         events = _loads(b"[" + buf)
