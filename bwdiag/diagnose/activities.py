@@ -147,8 +147,14 @@ def _op_costs(ops: pd.DataFrame, indices) -> dict[int, Cost]:
 def _shapes_of(ops: pd.DataFrame, indices: np.ndarray) -> list[str | None]:
     """The shapes column text (``f32[4096, 100], …``) of each op label (-1 gives None)."""
     valid = indices[indices >= 0]
-    sel = ops.loc[valid, ["dims", "types"]]
-    found = {i: _format_shapes(d, t) for i, d, t in zip(valid, sel["dims"], sel["types"])}
+    sel = ops.loc[valid, ["dims", "types", "sig"] if "sig" in ops else ["dims", "types"]]
+    sigs = sel["sig"].to_numpy() if "sig" in sel else np.arange(len(sel))
+    by_sig: dict[int, str | None] = {}  # ops with the same argument signature print the same
+    found = {}
+    for i, s, d, t in zip(valid, sigs, sel["dims"], sel["types"]):
+        if s not in by_sig:
+            by_sig[s] = _format_shapes(d, t)
+        found[i] = by_sig[s]
     return [found.get(i) for i in indices]
 
 
