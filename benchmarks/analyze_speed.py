@@ -61,6 +61,7 @@ ta = TraceAnalysis(trace_dir=sys.argv[1])
 ta.get_temporal_breakdown(visualize=False)
 ta.get_gpu_kernel_breakdown(visualize=False)
 ta.get_comm_comp_overlap(visualize=False)
+print(f"hta ranks={len(ta.t.traces)} events kept={sum(len(df) for df in ta.t.traces.values()):,}")
 """
 
 
@@ -104,7 +105,7 @@ def run_measured(cmd: list[str], env: dict | None = None, cwd: Path = REPO) -> t
     peak = [0]
     done = threading.Event()
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def sample() -> None:
         try:
@@ -127,8 +128,12 @@ def run_measured(cmd: list[str], env: dict | None = None, cwd: Path = REPO) -> t
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
+    out: list[bytes] = []
+    reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
+    reader.start()
     stderr = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
+    reader.join()
+    _, status, usage = os.wait4(proc.pid, 0)  # reaped here (not by Popen) to get its rusage
     wall = time.perf_counter() - start
     done.set()
     sampler.join()
@@ -136,6 +141,9 @@ def run_measured(cmd: list[str], env: dict | None = None, cwd: Path = REPO) -> t
     if proc.returncode != 0:
         sys.stderr.write(stderr.decode("utf-8", "replace")[-2000:])
     rss = max(usage.ru_maxrss * 1024, peak[0]) / 2**20
+    note = out[0].decode("utf-8", "replace").strip().splitlines()[-1:] if out and out[0] else []
+    if note and note[0].startswith("hta "):
+        print(f"    {note[0]}", file=sys.stderr)
     return wall, usage.ru_utime + usage.ru_stime, rss, proc.returncode
 
 

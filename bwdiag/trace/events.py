@@ -118,14 +118,17 @@ class _Columns:
         data = {}
         for c in self.order:
             col = self.cols[c]
+            # Views on the arrays, no copies; the lists are released as soon as the frame holds them.
             if c in self.ints:
                 values = np.frombuffer(col, dtype=np.int64) if len(col) else np.empty(0, dtype=np.int64)
-                data[c] = pd.arrays.IntegerArray(values.copy(), values == _MISSING)
+                data[c] = pd.arrays.IntegerArray(values, values == _MISSING)
             elif isinstance(col, array):
-                data[c] = np.frombuffer(col, dtype=np.float64).copy() if len(col) else np.empty(0)
+                data[c] = np.frombuffer(col, dtype=np.float64) if len(col) else np.empty(0)
             else:
                 data[c] = col if col else np.empty(0, dtype=object)
+        self.cols = {}
         df = pd.DataFrame(data, columns=list(self.order))
+        del data
         df["ts"] = df["ts"].astype("float64") - t0
         df["dur"] = df["dur"].astype("float64")
         df["end"] = df["ts"] + df["dur"]

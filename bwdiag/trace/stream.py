@@ -132,7 +132,9 @@ def stream_events(path: Path, consume: Callable[[list], None], *, chunk_bytes: i
     (:func:`tabulate_chunk`) and their partial tables handed, in file order, to ``merge``; only the
     last events go to ``consume``. A chunk a worker cannot parse raises :class:`CutRejected`.
     """
-    chunk_bytes = chunk_bytes or CHUNK_BYTES
+    # Workers' chunks are smaller and few are in flight: every worker holds one chunk's dicts at once.
+    chunk_bytes = chunk_bytes or (CHUNK_BYTES // 2 if executor is not None else CHUNK_BYTES)
+    in_flight = getattr(executor, "_max_workers", 2)
     pending: deque = deque()
 
     def drain(keep: int) -> None:
@@ -205,7 +207,7 @@ def stream_events(path: Path, consume: Callable[[list], None], *, chunk_bytes: i
             if cut >= 0:
                 pending.append(executor.submit(tabulate_chunk, buf[: cut + 1]))
                 buf = buf[cut + 2:]
-                drain(2 * getattr(executor, "_max_workers", 2))
+                drain(in_flight)
                 continue
             if len(buf) > 32 * chunk_bytes:
                 raise NotStreamable("no event boundary found")
