@@ -10,7 +10,7 @@ and imports (what a user waits for) and its peak RSS is its own:
   serial   (folders only) bwdiag on the same folder with ``BWDIAG_JOBS=1``: the ranks one after another
 
 Peak RSS is the larger of the kernel's ru_maxrss of the measured process tree (``os.wait4``: the
-largest single process) and the sampled sum of PSS over the whole tree (psutil, every 20 ms), so a
+largest single process) and the sampled sum of PSS over the whole tree (psutil, every 50 ms), so a
 process pool is charged for all its workers (shared pages once). CPU seconds (user + system, the
 tree) are printed beside wall time: on a shared machine wall time also measures the neighbours.
 
@@ -124,7 +124,7 @@ def run_measured(cmd: list[str], env: dict | None = None, cwd: Path = REPO) -> t
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     pass
             peak[0] = max(peak[0], total)
-            done.wait(0.02)
+            done.wait(0.05)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -222,24 +222,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip", action="append", default=[], choices=MEASURES, help="leave a measurement out")
     ap.add_argument("--only", action="append", default=[], choices=MEASURES, help="run only these")
     ap.add_argument("--json", type=Path, help="also write the measurements here")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="measure each this many times (interleaved) and keep the median wall time")
     args = ap.parse_args(argv)
     print(f"machine: {machine()}; load average before: {os.getloadavg()[0]:.2f}")
     results = []
     for path in args.paths:
         files = trace_files(path)
         size, events = json_bytes(files), count_events(files)
-        rows: dict[str, Measurement] = {}
-        for what in MEASURES:
-            if what in args.skip or (args.only and what not in args.only):
-                continue
-            if what == "serial" and not path.is_dir():
-                continue
-            rows[what] = m = measure(path, what, files)
-            print(f"  {path.name} {what}: {m.wall_s:.2f} s wall, {m.cpu_s:.2f} s cpu, {m.peak_rss_mb:,.0f} MiB",
-                  file=sys.stderr, flush=True)
+        runs: dict[str, list[Measurement]] = {}
+        for _ in range(max(1, args.repeat)):  # interleaved, so a busy spell hits every measure alike
+            for what in MEASURES:
+                if what in args.skip or (args.only and what not in args.only):
+                    continue
+                if what == "serial" and not path.is_dir():
+                    continue
+                m = measure(path, what, files)
+                runs.setdefault(what, []).append(m)
+                print(f"  {path.name} {what}: {m.wall_s:.2f} s wall, {m.cpu_s:.2f} s cpu, {m.peak_rss_mb:,.0f} MiB",
+                      file=sys.stderr, flush=True)
+        rows = {what: sorted(ms, key=lambda m: m.wall_s)[len(ms) // 2] for what, ms in runs.items()}
         print(report(path, rows, size, events), flush=True)
         results.append({"path": str(path), "json_bytes": size, "events": events,
-                        "measurements": [asdict(m) for m in rows.values()]})
+                        "measurements": [asdict(m) for ms in runs.values() for m in ms]})
     if args.json:
         args.json.write_text(json.dumps({"machine": machine(), "results": results}, indent=1))
     return 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import re
 import sys
 from pathlib import Path
@@ -111,8 +112,10 @@ def write_trace(doc: dict, copies: int, out: Path, rank: int | None = None, worl
     body = [e for e in events if e.get("ph") != "M"]
     n = 0
     with gzip.open(out, "wb", compresslevel=level) as fh:
-        head = orjson.dumps(meta)[:-1]  # keep the source's metadata, events last
-        fh.write(head + (b"," if meta else b"") + b'"traceEvents":[')
+        # The source's metadata first, spaced like Kineto writes it: HTA finds a file's rank with the
+        # regex '"rank":\s+(\d+)' and would put every compact '"rank":3' file on rank 0.
+        head = json.dumps(meta).encode()[:-1]
+        fh.write(head + (b", " if meta else b"") + b'"traceEvents": [\n')
         first = True
         for ev in meta_only:
             fh.write((b"" if first else b",\n") + orjson.dumps(ev))
