@@ -98,8 +98,9 @@ def test_roofline_points_are_groups_with_flops_and_bytes():
 
 def test_roofs_merge_equal_peaks_and_place_ridges():
     r = build_context(gpu_diagnosis())["roofline"]
-    assert [(x["label"], x["flops"]) for x in r["roofs"]] == [
-        ("int8", 624e12), ("bf16, fp16", 312e12), ("tf32", 156e12), ("fp64, fp32 vector", 19.5e12)]
+    assert [(x["label"], x["flops"], x["vector"]) for x in r["roofs"]] == [
+        ("int8", 624e12, False), ("bf16, fp16", 312e12, False), ("tf32", 156e12, False),
+        ("fp64 · fp32 vector", 19.5e12, False)]
     assert r["roofs"][1]["ridge"] == pytest.approx(312e12 / 2.039e12)  # 153.0 FLOP/B
     assert r["memory_bandwidth"] == A100.memory_bandwidth
     # ADD sits at 1/12 FLOP/B -> xmin 10^floor(log10(1/24)) = 0.01; GEMM 682.7 -> xmax 10^4.
@@ -108,6 +109,15 @@ def test_roofs_merge_equal_peaks_and_place_ridges():
     assert e["ymax"] == 1e15  # int8 roof 6.24e14 × 1.5 -> 10^15
     add_y = 16777216 * 40 / 4000e-6  # 1.68e11 FLOP/s
     assert e["ymin"] == 10.0 ** math.floor(math.log10(add_y / 2))
+
+
+def test_vector_units_sharing_a_height_share_a_label():
+    from tests.report_fixtures import A100
+
+    dev = dataclasses.replace(A100, peak_flops={"bf16": 312e12},
+                              vector_flops={"bf16": 39e12, "fp16": 39e12})
+    r = build_context(gpu_diagnosis(device=dev))["roofline"]["roofs"]
+    assert [(x["label"], x["vector"]) for x in r] == [("bf16", False), ("bf16, fp16 vector", True)]
 
 
 def test_findings_link_evidence_to_kernels():

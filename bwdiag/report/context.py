@@ -223,22 +223,31 @@ def _device(d: Diagnosis) -> dict:
 def roofs(d: Diagnosis) -> list[dict]:
     """Compute ceilings, one per distinct height: dtypes sharing a peak share a line.
 
-    Each roof: ``label`` (e.g. ``"bf16, fp16"`` or ``"fp32 vector"``), ``flops`` (FLOP/s) and
+    Each roof: ``label`` (e.g. ``"bf16, fp16"`` or ``"fp32 vector"``), ``flops`` (FLOP/s),
     ``ridge`` (the intensity in FLOP/B where the memory slope meets it; ``None`` without a
-    memory bandwidth). Highest first.
+    memory bandwidth) and ``vector`` (only non-tensor-core units at this height). Highest first.
     """
-    by_height: dict[float, list[str]] = {}
+    by_height: dict[float, list[tuple[str, bool]]] = {}
     for dtype, flops in d.device.peak_flops.items():
         if _positive(flops):
-            by_height.setdefault(float(flops), []).append(dtype)
+            by_height.setdefault(float(flops), []).append((dtype, False))
     for dtype, flops in d.device.vector_flops.items():
         if _positive(flops) and d.device.peak_flops.get(dtype) != flops:
-            by_height.setdefault(float(flops), []).append(f"{dtype} vector")
+            by_height.setdefault(float(flops), []).append((f"{dtype} vector", True))
     bw = d.device.memory_bandwidth if _positive(d.device.memory_bandwidth) else None
     return [
-        {"label": ", ".join(labels), "flops": flops, "ridge": flops / bw if bw else None}
+        {"label": _roof_label(labels), "flops": flops,
+         "ridge": flops / bw if bw else None, "vector": all(v for _, v in labels)}
         for flops, labels in sorted(by_height.items(), reverse=True)
     ]
+
+
+def _roof_label(labels: list[tuple[str, bool]]) -> str:
+    """``"bf16, fp16"``, ``"bf16, fp16 vector"`` or ``"fp64 · fp32 vector"`` for a shared height."""
+    peak = [name for name, vector in labels if not vector]
+    vec = [name.removesuffix(" vector") for name, vector in labels if vector]
+    parts = ([", ".join(peak)] if peak else []) + ([", ".join(vec) + " vector"] if vec else [])
+    return " · ".join(parts)
 
 
 def plottable(k: KernelRow) -> bool:
@@ -271,13 +280,16 @@ def _roofline(d: Diagnosis, kernels: list[KernelRow]) -> dict:
         else:
             unplotted.append({"k": i, "reason": _unplotted_reason(k)})
     bw = d.device.memory_bandwidth if _positive(d.device.memory_bandwidth) else None
-    xs = [p["x"] for p in points] + [r["ridge"] for r in roof_list if r["ridge"]]
+    ridges = [r["ridge"] for r in roof_list if r["ridge"]]
+    xs = [p["x"] for p in points] + ridges
     ys = [p["y"] for p in points] + [r["flops"] for r in roof_list]
     extent = None
     if xs and ys:
+        # Roofs run on to the right of their ridge far enough to carry their labels.
+        right = max([p["x"] * 2 for p in points] + [r * 8 for r in ridges])
         extent = {
             "xmin": 10.0 ** math.floor(math.log10(min(xs) / 2)),
-            "xmax": 10.0 ** math.ceil(math.log10(max(xs) * 2)),
+            "xmax": 10.0 ** math.ceil(math.log10(right)),
             "ymin": 10.0 ** math.floor(math.log10(min(ys) / 2)),
             "ymax": 10.0 ** math.ceil(math.log10(max(ys) * 1.5)),
         }
