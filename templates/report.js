@@ -43,6 +43,7 @@
   function fmtPct(p) {
     if (!finite(p)) return "—";
     if (p > 0 && p < 0.1) return "<0.1%";
+    if (Math.abs(p) >= 1000) return Math.round(p).toLocaleString("en-US") + "%";
     return p.toFixed(1) + "%";
   }
   function fmtCount(n) { return finite(n) ? Math.round(n).toLocaleString("en-US") : "—"; }

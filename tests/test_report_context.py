@@ -204,3 +204,11 @@ def test_numpy_and_odd_values_in_extras_are_made_json_safe():
     ctx = build_context(d)
     json.dumps(ctx, allow_nan=False)
     assert [r["value"] for r in ctx["idle"]["rows"]] == ["12.5 µs", "3"]
+
+
+def test_groups_above_their_roof_are_flagged():
+    fast = dataclasses.replace(ADD, pct_of_ceiling=250.0)
+    noisy = dataclasses.replace(COPY, pct_of_ceiling=105.0)  # within timing noise
+    r = build_context(gpu_diagnosis(kernels=(GEMM, fast, noisy)))["roofline"]
+    assert r["above_roof"] == {"count": 1, "max_pct": 250.0}
+    assert build_context(gpu_diagnosis())["roofline"]["above_roof"] == {"count": 0, "max_pct": None}

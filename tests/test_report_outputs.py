@@ -98,6 +98,16 @@ def test_page_shows_verdict_numbers():
     assert html.count('class="copy"') == 4
 
 
+def test_page_warns_about_groups_above_their_roof():
+    import dataclasses
+
+    d = gpu_diagnosis()
+    fast = dataclasses.replace(d.kernels[0], pct_of_ceiling=4000.0)
+    html = render_html(dataclasses.replace(d, kernels=(fast, *d.kernels[1:])))
+    assert "1 group runs faster than its ceiling allows (up to 4,000%)" in html
+    assert 'id="above-roof"' not in render_html(d)
+
+
 def test_cpu_page_renders_without_kernels():
     html = render_html(cpu_diagnosis())
     assert "assumed ceilings" in html
@@ -217,6 +227,7 @@ def test_fmt_units():
     assert fmt_bytes(512) == "512 B"
     assert fmt_pct(47.26) == "47.3%"
     assert fmt_pct(0.04) == "<0.1%"
+    assert fmt_pct(49689.6) == "49,690%"
     assert fmt_pct(None) == "—"
 
 

@@ -62,6 +62,9 @@ FINDING_ACTS_ON: dict[str, tuple[str, ...]] = {
 
 TOP_FINDINGS = 3
 
+#: A group above this % of its ceiling is flagged as implausible (timing noise allows a little).
+ABOVE_ROOF_PCT = 110.0
+
 
 def build_context(diagnosis: Diagnosis) -> dict:
     """Everything the page needs, as plain JSON-able data (see the module docstring).
@@ -293,8 +296,12 @@ def _roofline(d: Diagnosis, kernels: list[KernelRow]) -> dict:
             "ymin": 10.0 ** math.floor(math.log10(min(ys) / 2)),
             "ymax": 10.0 ** math.ceil(math.log10(max(ys) * 1.5)),
         }
+    above = [k.pct_of_ceiling for k in kernels if _num(k.pct_of_ceiling) > ABOVE_ROOF_PCT]
     return {
         "memory_bandwidth": bw,
+        # Groups reported faster than their ceiling allows: a sign of wrong ceilings or of ops
+        # whose duration is not their cost (asynchronous launches); the page says so.
+        "above_roof": {"count": len(above), "max_pct": max(above, default=None)},
         "roofs": roof_list,
         "points": points,
         "unplotted": unplotted,
