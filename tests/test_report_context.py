@@ -160,6 +160,7 @@ def test_unknown_extras_shown_generically():
     })
     ctx = build_context(d)
     assert [r["value"] for r in ctx["idle"]["rows"]] == ["10 µs", "30 µs"]
+    assert [r["share"] for r in ctx["idle"]["rows"]] == [25.0, 75.0]
     extras = {x["key"]: x for x in ctx["extras"]}
     assert set(extras) == {"launch_gaps", "queue"}
     assert extras["launch_gaps"]["tree"] == {
@@ -168,6 +169,24 @@ def test_unknown_extras_shown_generically():
     rows = extras["queue"]["tree"]["rows"]
     assert rows[0]["value"] == "42.0%"
     assert rows[1]["child"]["rows"][0]["value"] == "2 MB"
+    assert all(r["share"] is None for r in rows)  # not a breakdown: no shares
+
+
+def test_timeline_idle_extras_total_and_counts():
+    """The shape the timeline work writes under ``extras["idle"]`` (A100 trace numbers)."""
+    idle = {"idle_us": 790654.0, "host_wait_us": 13646.0, "kernel_wait_us": 2339.0,
+            "other_us": 774669.0, "gaps": 7071,
+            "causes": {"sync_us": 8393.0, "data_loader_us": 0.0},
+            "top_syncs": [{"name": "cudaDeviceSynchronize", "count": 1, "total_us": 158183.0}]}
+    tree = build_context(gpu_diagnosis(extras={"idle": idle}))["idle"]
+    rows = {r["label"]: r for r in tree["rows"]}
+    assert rows["Idle"]["value"] == "791 ms" and rows["Idle"]["share"] is None  # the whole
+    # 13,646 + 2,339 + 774,669 = 790,654: shares of the whole.
+    assert rows["Host wait"]["share"] == pytest.approx(100 * 13646 / 790654)
+    assert rows["Other"]["share"] == pytest.approx(100 * 774669 / 790654)
+    assert rows["Gaps"]["value"] == "7,071" and rows["Gaps"]["share"] is None
+    assert [r["value"] for r in rows["Causes"]["child"]["rows"]] == ["8.39 ms", "0 µs"]
+    assert rows["Top syncs"]["child"]["rows"] == [["cudaDeviceSynchronize", "1", "158 ms"]]
 
 
 def test_nan_and_inf_become_none():

@@ -106,7 +106,7 @@ def build_context(diagnosis: Diagnosis) -> dict:
         "extras": [
             {"key": key, "title": humanize(key), "tree": display_tree(key, value)}
             for key, value in diagnosis.extras.items()
-            if key not in ("projected_us", "idle_breakdown")
+            if key != "projected_us" and key not in IDLE_KEYS
         ],
         "coverage": {
             "linked_pct": _clean(diagnosis.coverage.linked_pct),
@@ -428,11 +428,15 @@ def _ranks(d: Diagnosis) -> list[dict]:
     return out
 
 
+#: ``extras`` keys holding the idle-time breakdown (the timeline work writes ``idle``).
+IDLE_KEYS = ("idle_breakdown", "idle")
+
+
 def _idle(d: Diagnosis) -> dict | None:
-    value = d.extras.get("idle_breakdown")
-    if value is None:
-        return None
-    return display_tree("idle_breakdown", value)
+    for key in IDLE_KEYS:
+        if d.extras.get(key) is not None:
+            return display_tree(key, d.extras[key])
+    return None
 
 
 # ---------------------------------------------------------------------------------------- helpers

@@ -21,7 +21,8 @@ from typing import Any
 
 from bwdiag.report.units import fmt_bandwidth, fmt_bytes, fmt_count, fmt_pct, fmt_si, fmt_time
 
-#: Extras whose bare numeric values are durations in µs.
+#: Extras that break a time down into parts: shown with each part's share, and their bare
+#: numbers are µs when no key in the mapping names its unit.
 TIME_VALUED_KEYS = frozenset({"idle_breakdown", "idle_breakdown_us", "idle", "idle_us"})
 
 #: Most rows a list is shown with; the rest are counted, not dropped silently.
@@ -96,12 +97,15 @@ def display_tree(key: str, value: Any, *, time_valued: bool | None = None, depth
 
 
 def _mapping_tree(value: dict, *, time_valued: bool, depth: int) -> dict:
+    # Bare numbers are µs only in a time-valued mapping that names no unit itself; once a key
+    # says ``_us``, the unsuffixed ones are counts (``gaps: 7071``).
+    bare_are_times = time_valued and not any(str(k).lower().endswith("_us") for k in value)
     times = {
-        k: v
+        k: float(v)
         for k, v in value.items()
-        if _is_number(v) and math.isfinite(v) and v >= 0 and _is_time_key(k, time_valued)
+        if _is_number(v) and math.isfinite(v) and v >= 0 and _is_time_key(k, bare_are_times)
     }
-    total = sum(times.values())
+    shares = _shares(times) if time_valued and depth == 0 else {}
     rows = []
     for k, v in value.items():
         child = None
@@ -109,10 +113,24 @@ def _mapping_tree(value: dict, *, time_valued: bool, depth: int) -> dict:
             child = display_tree(k, v, time_valued=time_valued, depth=depth + 1)
             text = ""
         else:
-            text = format_value(k, v, time_valued=time_valued)
-        share = 100.0 * times[k] / total if k in times and total > 0 and len(times) > 1 else None
-        rows.append({"label": humanize(k), "value": text, "share": share, "child": child})
+            text = format_value(k, v, time_valued=bare_are_times)
+        rows.append({"label": humanize(k), "value": text, "share": shares.get(k), "child": child})
     return {"kind": "kv", "rows": rows}
+
+
+def _shares(times: dict[str, float]) -> dict[str, float]:
+    """Each part's % of the whole. When one value is the sum of the others (within 1%) it is
+    the whole (``idle_us`` beside ``host_wait_us``, ``kernel_wait_us``…) and gets no share."""
+    if len(times) < 2:
+        return {}
+    total = sum(times.values())
+    for key, v in times.items():
+        rest = total - v
+        if v > 0 and abs(rest - v) <= 0.01 * v:
+            return {k: 100.0 * x / v for k, x in times.items() if k != key}
+    if total <= 0:
+        return {}
+    return {k: 100.0 * x / total for k, x in times.items()}
 
 
 def _list_tree(key: str, items: list, *, time_valued: bool, depth: int) -> dict:
