@@ -189,6 +189,32 @@ def test_timeline_idle_extras_total_and_counts():
     assert rows["Top syncs"]["child"]["rows"] == [["cudaDeviceSynchronize", "1", "158 ms"]]
 
 
+def test_timeline_extras_by_rank_straggler_and_fits():
+    """Shapes the timeline work writes for two ranks (sampled 128-rank job, numbers from it)."""
+    extras = {
+        "idle_by_rank": {"0": {"idle_us": 675191.0, "gaps": 930, "top_syncs": []},
+                         "1": {"idle_us": 651136.0, "gaps": 826, "top_syncs": []}},
+        "launch": {"cpu_launch_us": 9222.0, "launch_bound": False, "top": []},
+        "straggler": {"rank": 1, "made_others_wait_us": 123301.0, "arrived_last_calls": 7,
+                      "matched_calls": 10, "wait_us_by_rank": {"0": 123301.0, "1": 106155.0}},
+        "comm_fits": {"send_recv": {"collective": "send_recv", "alpha_us": 45294.7,
+                                    "beta_bytes_per_s": 7.4e10, "n": 12, "sizes": 6}},
+        "comm_fit": {"collective": "send_recv", "alpha_us": 45294.7},
+    }
+    ctx = build_context(gpu_diagnosis(extras=extras))
+    assert ctx["idle_by_rank"] == {"kind": "table", "columns": ["Rank", "Idle", "Gaps"],
+                                   "rows": [["0", "675 ms", "930"], ["1", "651 ms", "826"]],
+                                   "more": 0}
+    assert ctx["straggler"] == {"rank": 1, "made_others_wait_us": 123301.0,
+                                "arrived_last_calls": 7, "matched_calls": 10}
+    assert ctx["comm_fits"] == [{"collective": "send_recv", "alpha_us": 45294.7,
+                                 "beta_bytes_per_s": 7.4e10, "n": 12, "sizes": 6}]
+    assert [x["key"] for x in ctx["extras"]] == ["launch"]  # the rest have their own place
+    launch = {r["label"]: r["value"] for r in ctx["extras"][0]["tree"]["rows"]}
+    assert launch == {"CPU launch": "9.22 ms", "Launch bound": "no", "Top": ""}
+    assert ctx["extras"][0]["tree"]["rows"][2]["child"] == {"kind": "text", "value": "none"}
+
+
 def test_nan_and_inf_become_none():
     k = dataclasses.replace(GEMM, pct_of_ceiling=float("nan"), intensity=float("inf"))
     ctx = build_context(gpu_diagnosis(kernels=(k,)))

@@ -248,3 +248,16 @@ def test_page_stays_small_with_thousands_of_groups():
     html = render_html(gpu_diagnosis(kernels=rows))
     assert len(html.encode()) < 5_000_000
     assert html.count("<tr") < 100  # no server-rendered kernel rows
+
+
+def test_page_names_the_straggler_and_shows_the_fit():
+    extras = {"straggler": {"rank": 1, "made_others_wait_us": 123301.0, "arrived_last_calls": 7,
+                            "matched_calls": 10},
+              "comm_fits": {"send_recv": {"collective": "send_recv", "alpha_us": 45294.7,
+                                          "beta_bytes_per_s": 7.4e10, "n": 12, "sizes": 6}}}
+    html = render_html(gpu_diagnosis(extras=extras))
+    assert ("Rank 1 is the straggler: it arrived last at 7 of 10 matched collectives, and the "
+            "other ranks waited 123 ms for it.") in html
+    assert '<span class="tag warn">straggler</span>' in html
+    assert ('<td>send_recv</td><td class="num">45.3 ms</td><td class="num">74 GB/s</td>'
+            '<td class="num">12</td><td class="num">6</td>') in html

@@ -103,10 +103,13 @@ def build_context(diagnosis: Diagnosis) -> dict:
         "communication": _communication(diagnosis),
         "ranks": _ranks(diagnosis),
         "idle": _idle(diagnosis),
+        "idle_by_rank": _extra_tree(diagnosis, "idle_by_rank"),
+        "straggler": _straggler(diagnosis),
+        "comm_fits": _comm_fits(diagnosis),
         "extras": [
             {"key": key, "title": humanize(key), "tree": display_tree(key, value)}
             for key, value in diagnosis.extras.items()
-            if key != "projected_us" and key not in IDLE_KEYS
+            if key not in SHOWN_EXTRAS
         ],
         "coverage": {
             "linked_pct": _clean(diagnosis.coverage.linked_pct),
@@ -383,15 +386,19 @@ def _findings(d: Diagnosis, kernels: list[KernelRow]) -> list[dict]:
 
 def _communication(d: Diagnosis) -> dict:
     rows = sorted(d.collectives, key=lambda c: (-_num(c.total_us), c.rank, c.name))
+    n_ranks = max(1, len({c.rank for c in rows}))
     return {
         "rows": [
             {"name": c.name, "rank": c.rank, "collective": c.collective, "count": c.count,
              "total_us": c.total_us, "exposed_us": c.exposed_us, "bytes": c.bytes,
              "algbw": c.algbw, "busbw": c.busbw, "pct_of_link": c.pct_of_link,
-             "group_size": c.group_size, "dtype": c.dtype}
+             "group_size": c.group_size, "dtype": c.dtype,
+             "regime": getattr(c, "regime", None)}
             for c in rows
         ],
-        "total_us": sum(_num(c.total_us) for c in rows),
+        # Like ``time``, the totals are per rank (the mean when there are several).
+        "total_us": sum(_num(c.total_us) for c in rows) / n_ranks,
+        "per_rank_mean": n_ranks > 1,
         "exposed_us": d.time.exposed_communication_us,
         "overlap_pct": d.time.communication_overlap_pct,
         "link_bandwidth": d.device.interconnect_bandwidth,
@@ -430,6 +437,42 @@ def _ranks(d: Diagnosis) -> list[dict]:
 
 #: ``extras`` keys holding the idle-time breakdown (the timeline work writes ``idle``).
 IDLE_KEYS = ("idle_breakdown", "idle")
+
+#: ``extras`` keys the page shows in their own place; every other key is shown generically.
+SHOWN_EXTRAS = frozenset(
+    {"projected_us", *IDLE_KEYS, "idle_by_rank", "straggler", "comm_fits", "comm_fit"}
+)
+
+
+def _extra_tree(d: Diagnosis, key: str) -> dict | None:
+    value = d.extras.get(key)
+    return display_tree(key, value) if value is not None else None
+
+
+def _straggler(d: Diagnosis) -> dict | None:
+    """``extras["straggler"]``: the rank the others waited for at matched collectives."""
+    s = d.extras.get("straggler")
+    if not isinstance(s, dict) or s.get("rank") is None:
+        return None
+    return {
+        "rank": s.get("rank"),
+        "made_others_wait_us": s.get("made_others_wait_us"),
+        "arrived_last_calls": s.get("arrived_last_calls"),
+        "matched_calls": s.get("matched_calls"),
+    }
+
+
+def _comm_fits(d: Diagnosis) -> list[dict]:
+    """α+β fits per collective (``extras["comm_fits"]``, else the single ``comm_fit``)."""
+    fits = d.extras.get("comm_fits")
+    if isinstance(fits, dict):
+        items = list(fits.values())
+    elif isinstance(d.extras.get("comm_fit"), dict):
+        items = [d.extras["comm_fit"]]
+    else:
+        return []
+    keys = ("collective", "alpha_us", "beta_bytes_per_s", "n", "sizes")
+    return [{k: f.get(k) for k in keys} for f in items if isinstance(f, dict)]
 
 
 def _idle(d: Diagnosis) -> dict | None:
