@@ -85,20 +85,20 @@ def test_a100_training_report(browser):
     d = real_diagnosis(A100_TRAIN)
     _load(browser, d, "a100-training")
     assert _with_estimates(d) > 0
+    if os.environ.get("BWDIAG_DOCS_SCREENSHOT"):  # the README's picture: the page as it opens
+        browser.call("Emulation.setDeviceMetricsOverride", width=1500, height=1400,
+                     deviceScaleFactor=1, mobile=False)
+        browser.evaluate("window.scrollTo(0, 0)")
+        browser.screenshot(DOCS_PNG)
+        browser.call("Emulation.setDeviceMetricsOverride", width=1360, height=1000,
+                     deviceScaleFactor=1, mobile=False)
+        assert DOCS_PNG.stat().st_size < 500_000
     _click_biggest_point(browser)
     # Sorting by count puts the most-launched group first.
     browser.evaluate("document.querySelector('#k-table th[data-key=\"count\"]').click()")
     first = browser.evaluate("+document.querySelector('#k-table tbody tr').getAttribute('data-k')")
     assert d.kernels and browser.evaluate(f"bwdiagReport.data.kernels[{first}].count") == max(
         k.count for k in d.kernels)
-    if os.environ.get("BWDIAG_DOCS_SCREENSHOT"):
-        browser.evaluate("window.scrollTo(0, 0)")
-        browser.call("Emulation.setDeviceMetricsOverride", width=1360, height=1500,
-                     deviceScaleFactor=1, mobile=False)
-        browser.screenshot(DOCS_PNG)
-        browser.call("Emulation.setDeviceMetricsOverride", width=1360, height=1000,
-                     deviceScaleFactor=1, mobile=False)
-        assert DOCS_PNG.stat().st_size < 500_000
 
 
 def _hostile(d: Diagnosis) -> Diagnosis:
