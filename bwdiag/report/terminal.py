@@ -11,7 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 from bwdiag.diagnose.model import Diagnosis
-from bwdiag.report.context import TOP_FINDINGS, build_context, kernel_records
+from bwdiag.report.context import build_context, kernel_records
+from bwdiag.report.verdict import TOP_FINDINGS
 from bwdiag.report.units import fmt_pct, fmt_time
 
 #: Colours shared in spirit with the page's CSS (``--c-compute`` …).
