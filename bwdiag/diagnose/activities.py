@@ -97,17 +97,34 @@ def gpu_activities(trace: RankTrace) -> pd.DataFrame:
 
 
 def cpu_activities(trace: RankTrace) -> pd.DataFrame:
-    """Leaf CPU ops (ops that called no other op) of a CPU-only trace, with their cost estimates.
+    """The CPU ops of a CPU-only trace that do the work, with their cost estimates.
 
-    gloo runs collectives on its own thread and records them as ``gloo:<collective>`` annotations:
-    those spans are the communication (the issuing ``c10d::`` op only enqueues the work).
+    Walking each thread's op tree from the top, an op is taken as one unit of work when the cost
+    model knows it (``aten::mul`` — not the scalar ``copy_`` it calls inside) or when it calls no
+    other op; wrappers with no cost formula (autograd nodes, ``aten::linear``'s callers …) are
+    opened up. gloo runs collectives on its own thread and records them as ``gloo:<collective>``
+    annotations: those spans are the communication (the issuing ``c10d::`` op only enqueues it).
     """
     ops = trace.ops
-    leaf = ops[(ops["cat"] == "cpu_op") & (ops["children"] == 0) & (ops["dur"] > 0)]
+    cpu = ops[(ops["cat"] == "cpu_op") & (ops["dur"] > 0)]
     gloo = ops[(ops["cat"] == "user_annotation") & ops["name"].str.startswith("gloo:") & (ops["dur"] > 0)]
+    costs = _op_costs(ops, cpu.index.to_numpy())
+    children: dict[int, list[int]] = {}
+    for idx, parent in zip(cpu.index, cpu["parent"]):
+        children.setdefault(int(parent), []).append(idx)
+    work: list[int] = []
+    stack = list(reversed(children.get(-1, [])))
+    while stack:
+        idx = stack.pop()
+        kids = children.get(idx)
+        cost = costs[idx]
+        if not kids or cost.flops is not None or cost.bytes is not None:
+            work.append(idx)
+        else:
+            stack.extend(reversed(kids))
+    leaf = cpu.loc[sorted(work)]
     if len(gloo):  # the enqueueing c10d ops would count the same collective twice
         leaf = leaf[~leaf["name"].str.startswith("c10d::")]
-    costs = _op_costs(ops, leaf.index.to_numpy())
     rows = []
     for idx, op in leaf.iterrows():
         cost = costs[idx]
