@@ -94,6 +94,13 @@ def test_a100_training_report(browser):
                      deviceScaleFactor=1, mobile=False)
         assert DOCS_PNG.stat().st_size < 500_000
     _click_biggest_point(browser)
+    # Clicking the last group listed beside the chart pages the table to its row.
+    k = browser.evaluate("""(() => { const li = [...document.querySelectorAll('#unplotted-list li')].pop();
+        li.click(); return +li.getAttribute('data-k'); })()""")
+    assert browser.evaluate("document.querySelector('#k-table tr.hl').getAttribute('data-k')") == str(k)
+    page_start = k // 50 * 50  # unfiltered, sorted by time: row k sits on page k // 50
+    assert browser.evaluate("document.getElementById('k-range').textContent").startswith(
+        f"{page_start + 1}–")
     # Sorting by count puts the most-launched group first.
     browser.evaluate("document.querySelector('#k-table th[data-key=\"count\"]').click()")
     first = browser.evaluate("+document.querySelector('#k-table tbody tr').getAttribute('data-k')")
