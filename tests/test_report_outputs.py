@@ -200,6 +200,7 @@ def test_open_in_browser_uses_file_uri(tmp_path, monkeypatch):
     page = tmp_path / "report.html"
     page.write_text("<p>x</p>")
     opened = []
+    monkeypatch.setenv("DISPLAY", ":0")
     monkeypatch.setattr("webbrowser.open", lambda url: opened.append(url) or True)
     open_in_browser(page)
     assert opened == [page.resolve().as_uri()]
@@ -207,6 +208,17 @@ def test_open_in_browser_uses_file_uri(tmp_path, monkeypatch):
         open_in_browser(tmp_path / "missing.html")
     monkeypatch.setattr("webbrowser.open", lambda url: False)
     with pytest.raises(OutputError, match="no web browser"):
+        open_in_browser(page)
+
+
+def test_open_in_browser_refuses_without_a_display(tmp_path, monkeypatch):
+    page = tmp_path / "report.html"
+    page.write_text("<p>x</p>")
+    monkeypatch.setattr("sys.platform", "linux")
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setattr("webbrowser.open", lambda url: pytest.fail("must not start a browser"))
+    with pytest.raises(OutputError, match="no display to open a browser on; copy .*report.html"):
         open_in_browser(page)
 
 
