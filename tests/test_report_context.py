@@ -130,6 +130,15 @@ def test_findings_link_evidence_to_kernels():
     assert f[0]["kind_label"] == "Fusion"
 
 
+def test_evidence_naming_a_module_prefix_links_but_sentences_do_not():
+    finding = dataclasses.replace(
+        gpu_diagnosis().findings[0],
+        evidence=("model.layers", "model.layers.7", "48× a chain of 9 ops in model.layers"))
+    f = build_context(gpu_diagnosis(findings=(finding,)))["findings"][0]
+    # "model.layers" is inside "model.layers.0.mlp"; no module contains "model.layers.7".
+    assert [e["find"] for e in f["evidence"]] == ["model.layers", None, None]
+
+
 def test_communication_and_ranks():
     ctx = build_context(gpu_diagnosis())
     c = ctx["communication"]

@@ -157,13 +157,18 @@ def _kernel_rows(kernels: list[KernelRow]) -> list[dict]:
 
 
 def _findings(d: Diagnosis, kernels: list[KernelRow]) -> list[dict]:
-    first_index: dict[str, int] = {}
-    for i, k in enumerate(kernels):
-        first_index.setdefault(k.name, i)
-        if k.module:
-            first_index.setdefault(k.module, i)
-        if k.op:
-            first_index.setdefault(k.op, i)
+    exact = {k.name for k in kernels} | {k.module for k in kernels if k.module} | {
+        k.op for k in kernels if k.op}
+    modules = [k.module for k in kernels if k.module]
+
+    def linkable(text: str) -> bool:
+        """Evidence naming a kernel, op or module of the table (a module may be named by a
+        prefix or by another instance of the repeated layer the group's first call ran in)."""
+        if text in exact:
+            return True
+        return bool(text) and not any(c.isspace() for c in text) and any(
+            text in m for m in modules)
+
     out = []
     for f in sorted(d.findings, key=lambda f: -num(f.est_saving_us)):
         out.append({
@@ -172,7 +177,7 @@ def _findings(d: Diagnosis, kernels: list[KernelRow]) -> list[dict]:
             "title": f.title,
             "saving_us": f.est_saving_us,
             "saving_pct": f.est_saving_pct,
-            "evidence": [{"text": e, "find": e if e in first_index else None} for e in f.evidence],
+            "evidence": [{"text": e, "find": e if linkable(e) else None} for e in f.evidence],
             "fix": f.fix,
         })
     return out

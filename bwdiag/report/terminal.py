@@ -56,8 +56,10 @@ def print_summary(
     when = Text()
     if v["step_us"]:
         when.append(f"Step {fmt_time(v['step_us'])}", style="bold")
-        if v["steps"]:
+        if v["steps"] and v["steps"] > 1:
             when.append(f" (mean of {v['steps']} steps)", style="dim")
+        elif v["steps"]:
+            when.append(" (one step)", style="dim")
         when.append(f"  ·  window {fmt_time(v['total_us'])}", style="dim")
     else:
         when.append(f"Analysed window {fmt_time(v['total_us'])}", style="bold")
