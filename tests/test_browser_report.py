@@ -166,6 +166,11 @@ def test_two_rank_fixture_report(browser):
                      " s.dispatchEvent(new Event('change')); })()")
     names = browser.evaluate("[...document.querySelectorAll('#k-table td.name')].map(t => t.textContent)")
     assert names == [GEMM.name]
+    # An evidence button filters the kernel table to what it names.
+    browser.evaluate("document.querySelector('#finding-1 button.find').click()")
+    assert browser.evaluate("document.getElementById('k-filter').value") == ADD.name
+    names = browser.evaluate("[...document.querySelectorAll('#k-table td.name')].map(t => t.textContent)")
+    assert names == [ADD.name]
     # The copy button puts the fix on the clipboard and says so.
     browser.call("Browser.grantPermissions",
                  permissions=["clipboardReadWrite", "clipboardSanitizedWrite"])
