@@ -16,8 +16,10 @@ import pytest
 
 from bwdiag.diagnose.model import Diagnosis, Finding
 from bwdiag.report import render_html, write_atomic
-from tests.browser_cdp import Browser, chromium_binary
-from tests.report_fixtures import (
+pytest.importorskip("websocket", reason="the browser tests drive Chromium over websocket-client")
+
+from tests.browser_cdp import Browser, chromium_binary  # noqa: E402
+from tests.report_fixtures import (  # noqa: E402
     A100_TRAIN, ADD, COPY, CPU_ONLY, GEMM, H100_QWEN, HOSTILE, cpu_diagnosis, gpu_diagnosis, real_diagnosis,
 )
 
