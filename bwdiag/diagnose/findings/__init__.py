@@ -1,13 +1,15 @@
 """Findings: small rules that turn roofline and timeline facts into fixes ranked by time saved.
 
-Each rule is a function ``rule(ctx: RuleContext) -> list[Finding]`` registered in ``RULES``; a rule
-that has no evidence returns nothing.
+Each rule is a function ``rule(ctx: RuleContext) -> list[Finding]`` registered in ``RULES`` (the
+modules below register theirs on import); a rule that has no evidence returns nothing. After the
+rules, the what-if combines their savings into ``extras["projected_us"]``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from bwdiag.diagnose.findings import batching, fusion, precision, quantization  # noqa: F401  (register rules)
 from bwdiag.diagnose.findings.base import RULES, RuleContext
 from bwdiag.diagnose.model import Diagnosis
 
