@@ -8,6 +8,7 @@ twice or saving more time than a bound class holds.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
@@ -75,7 +76,7 @@ class RuleContext:
     def finding(self, kind: FindingKind, title: str, saving_us: float, evidence: Iterable[str], fix: str,
                 acts: dict[int, Sequence[int]] | None = None, idle_us: float = 0.0) -> Finding:
         """Build a finding (``saving_us`` is the mean per rank) and record what it acts on."""
-        f = Finding(kind.value, title, float(saving_us), self.pct(saving_us), tuple(evidence), fix)
+        f = Finding(kind.value, title, float(saving_us), float(self.pct(saving_us)), tuple(str(e) for e in evidence), fix)
         self.targets[id(f)] = Target({r: np.asarray(v, dtype=int) for r, v in (acts or {}).items()}, idle_us)
         return f
 
@@ -93,12 +94,30 @@ def rule(fn: Rule) -> Rule:
 # -- shared helpers -------------------------------------------------------------------------------
 
 
+_COLUMNS: dict[int, tuple[pd.DataFrame, dict[str, np.ndarray]]] = {}
+
+
+def op_column(ops: pd.DataFrame, column: str) -> np.ndarray:
+    """``ops[column]`` as a numpy array, cached per table (``ops.at`` per row is slow on big traces).
+    Ops tables have a RangeIndex, so an op index is a position."""
+    entry = _COLUMNS.get(id(ops))
+    if entry is None or entry[0] is not ops:
+        entry = _COLUMNS[id(ops)] = (ops, {})
+        if len(_COLUMNS) > 16:
+            _COLUMNS.pop(next(iter(_COLUMNS)))
+    cols = entry[1]
+    if column not in cols:
+        cols[column] = ops[column].to_numpy()
+    return cols[column]
+
+
 def op_chain(ops: pd.DataFrame, idx: int, depth: int = 8) -> list[str]:
     """Names of an op and its enclosing ops, innermost first (``aten::copy_, aten::clone, ...``)."""
+    names_col, parent_col = op_column(ops, "name"), op_column(ops, "parent")
     names = []
     while idx >= 0 and len(names) < depth:
-        names.append(ops.at[idx, "name"])
-        idx = int(ops.at[idx, "parent"])
+        names.append(names_col[idx])
+        idx = int(parent_col[idx])
     return names
 
 
@@ -106,7 +125,7 @@ def tensor_sizes(ops: pd.DataFrame, idx: int) -> list[tuple[int, int]]:
     """(numel, bytes per element) of each dimensioned tensor argument of op ``idx``."""
     if idx < 0:
         return []
-    dims, types = ops.at[idx, "dims"], ops.at[idx, "types"]
+    dims, types = op_column(ops, "dims")[idx], op_column(ops, "types")[idx]
     if not isinstance(dims, list):
         return []
     out = []
@@ -115,7 +134,7 @@ def tensor_sizes(ops: pd.DataFrame, idx: int) -> list[tuple[int, int]]:
             continue
         size = dtype_bytes(types[i]) if isinstance(types, list) and i < len(types) else None
         if size:
-            out.append((int(np.prod(d)), size))
+            out.append((math.prod(d), size))
     return out
 
 

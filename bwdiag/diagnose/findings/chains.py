@@ -59,29 +59,34 @@ def fusable_runs(acts: pd.DataFrame, ops: pd.DataFrame, min_kernels: int = 2) ->
     """Every run of at least ``min_kernels`` fusable kernels, per stream, in time order."""
     if acts.empty:
         return []
-    order = acts.sort_values(["stream", "ts"], kind="stable").index
+    order = np.lexsort((acts["ts"].to_numpy(float), acts["stream"].astype(str).to_numpy()))
+    stream_of = acts["stream"].astype(str).to_numpy()[order]
+    kind_of = acts["kind"].to_numpy()[order]
+    name_of = acts["name"].astype(str).to_numpy()[order]
+    op_of = acts["op"].to_numpy()[order]
+    bytes_of = acts["bytes"].to_numpy(float)[order]
+    fusable = _fusable(acts)[order]
+    cols = _arrays(acts)
     runs: list[Run] = []
     current: list[int] = []
     prev_out = None  # bytes the last member wrote
     stream = None
-    pos_of = {label: i for i, label in enumerate(acts.index)}
-    for label in order:
-        row = acts.loc[label]
-        if row["stream"] != stream:
-            _close(current, acts, ops, runs, min_kernels)
-            current, prev_out, stream = [], None, row["stream"]
-        if row["kind"] == "memset" or (row["kind"] == "cpu_op" and NO_DATA_OPS.match(str(row["name"]))):
+    for k, pos in enumerate(order):
+        if stream_of[k] != stream:
+            _close(current, cols, ops, runs, min_kernels)
+            current, prev_out, stream = [], None, stream_of[k]
+        if kind_of[k] == "memset" or (kind_of[k] == "cpu_op" and NO_DATA_OPS.match(name_of[k])):
             continue
-        op = int(row["op"])
-        out = output_bytes(ops, op, float(row["bytes"])) if _fusable(row) else None
+        op = int(op_of[k])
+        out = output_bytes(ops, op, float(bytes_of[k])) if fusable[k] else None
         if out is None or (prev_out is not None and not _reads(ops, op, prev_out)):
-            _close(current, acts, ops, runs, min_kernels)
+            _close(current, cols, ops, runs, min_kernels)
             current, prev_out = [], None
             if out is None:
                 continue
-        current.append(pos_of[label])
+        current.append(int(pos))
         prev_out = out
-    _close(current, acts, ops, runs, min_kernels)
+    _close(current, cols, ops, runs, min_kernels)
     return runs
 
 
@@ -92,35 +97,43 @@ def _reads(ops: pd.DataFrame, op: int, written: float) -> bool:
     return any(written == n * e for n, e in tensor_sizes(ops, op))
 
 
-def _fusable(row) -> bool:
+def _fusable(acts: pd.DataFrame) -> np.ndarray:
+    """Per row: a memory/latency-bound pointwise-family kernel with shapes and a byte estimate."""
+    nbytes = acts["bytes"].to_numpy(float)
     return (
-        row["category"] in FUSABLE
-        and row["bound"] in FUSABLE_BOUNDS
-        and row["kind"] in ("kernel", "cpu_op")
-        and not row["graph"]
-        and int(row["op"]) >= 0
-        and np.isfinite(row["bytes"])
-        and row["bytes"] > 0
-        and not COMPILED.match(str(row["name"]))
+        acts["category"].isin(FUSABLE).to_numpy()
+        & acts["bound"].isin(FUSABLE_BOUNDS).to_numpy()
+        & acts["kind"].isin(("kernel", "cpu_op")).to_numpy()
+        & ~acts["graph"].fillna(False).astype(bool).to_numpy()
+        & (acts["op"].to_numpy() >= 0)
+        & np.isfinite(nbytes) & (np.nan_to_num(nbytes) > 0)
+        & ~acts["name"].astype(str).str.match(COMPILED).to_numpy()
     )
 
 
-def _close(rows: list[int], acts: pd.DataFrame, ops: pd.DataFrame, runs: list[Run], min_kernels: int) -> None:
+def _close(rows: list[int], cols: dict, ops: pd.DataFrame, runs: list[Run], min_kernels: int) -> None:
     if len(rows) < min_kernels:
         return
-    sub = acts.iloc[rows]
     # Bytes per op (an op's kernels share its traffic), in time order of the op's first kernel.
-    per_op = sub.groupby("op", sort=False)["bytes"].sum()
-    if len(per_op) < min_kernels or sub["op_name"].nunique() < 2:
+    per_op: dict[int, float] = {}
+    for r in rows:
+        op = int(cols["op"][r])
+        per_op[op] = per_op.get(op, 0.0) + float(cols["bytes"][r])
+    if len(per_op) < min_kernels or len({cols["op_name"][r] for r in rows}) < 2:
         return  # one op repeated over many tensors is side-by-side work, not a dataflow chain
-    outs = [output_bytes(ops, int(op), float(b)) for op, b in per_op.items()]
+    outs = [output_bytes(ops, op, b) for op, b in per_op.items()]
     if any(o is None for o in outs):
         return
-    total = float(per_op.sum())
-    first_in = float(per_op.iloc[0]) - outs[0]
+    total = sum(per_op.values())
+    first_in = next(iter(per_op.values())) - outs[0]
     # Each intermediate is written once and read back at least once; a fused kernel still reads
     # the first op's inputs and writes the last op's output.
     saved = min(2.0 * sum(outs[:-1]), total - first_in - outs[-1])
-    time_us = float(sub["dur"].sum())
+    time_us = float(sum(cols["dur"][r] for r in rows))
     if saved > 0 and time_us > 0:
         runs.append(Run(np.asarray(rows), total, saved, time_us))
+
+
+def _arrays(acts: pd.DataFrame) -> dict[str, np.ndarray]:
+    return {"op": acts["op"].to_numpy(), "bytes": acts["bytes"].to_numpy(float),
+            "dur": acts["dur"].to_numpy(float), "op_name": acts["op_name"].to_numpy()}

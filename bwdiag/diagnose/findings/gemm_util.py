@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from bwdiag.diagnose.findings.base import RuleContext, tensor_sizes
+from bwdiag.diagnose.findings.base import RuleContext, op_column, tensor_sizes
 
 MATRIX = ("gemm", "conv")
 
@@ -45,11 +45,11 @@ def weight_bytes(a, g) -> float | None:
     if arg is None:
         return None
     op = a.activities.loc[a.activities["group"] == g.Index, "op"].iloc[0]
-    dims = a.trace.ops.at[op, "dims"]
+    dims = op_column(a.trace.ops, "dims")[op]
     if not isinstance(dims, list) or len(dims) <= arg or not isinstance(dims[arg], list) or len(dims[arg]) != 2:
         return None
     sizes = tensor_sizes(a.trace.ops, int(op))
-    types = a.trace.ops.at[op, "types"]
+    types = op_column(a.trace.ops, "types")[op]
     from bwdiag.costs.dtypes import dtype_bytes
 
     elem = dtype_bytes(types[arg]) if isinstance(types, list) and len(types) > arg else None
