@@ -18,8 +18,11 @@ import pandas as pd
 from bwdiag.costs.dtypes import dtype_bytes
 from bwdiag.diagnose.model import Diagnosis, Finding, FindingKind
 
-#: A finding whose saving is under this share of the window is noise, not advice.
+#: A finding whose saving is under this share of the window is noise, not advice ...
 MIN_SAVING_PCT = 0.5
+#: ... unless it is at least this share of the device's busy time (a trace that is mostly idle
+#: must not hide kernel-level fixes).
+MIN_SAVING_BUSY_PCT = 2.0
 
 #: Evidence lines listing modules/kernels stop after this many (the rest are counted).
 MAX_EVIDENCE_ITEMS = 5
@@ -69,9 +72,28 @@ class RuleContext:
         text = fmt_time(saving_us)
         return text + (f" ({fmt_time(saving_us / steps)} per step)" if steps and steps > 1 else "")
 
+    @property
+    def busy_us(self) -> float:
+        """Time the device (or CPU thread) was running something, mean per rank."""
+        ranks = self.diagnosis.ranks
+        return sum(r.busy_us for r in ranks) / len(ranks) if ranks else self.total_us
+
+    @property
+    def is_training(self) -> bool:
+        """Whether the trace has a backward pass or an optimizer step."""
+        for a in self.analyses:
+            names = a.trace.ops["name"].astype(str)
+            if names.str.contains(r"[Bb]ackward|Optimizer\.step|autograd::engine", regex=True).any():
+                return True
+        return False
+
     def worth_reporting(self, saving_us: float) -> bool:
-        """A saving large enough to be advice (at least ``MIN_SAVING_PCT`` of the window)."""
-        return saving_us > 0 and self.pct(saving_us) >= MIN_SAVING_PCT
+        """A saving large enough to be advice: ``MIN_SAVING_PCT`` of the window, or
+        ``MIN_SAVING_BUSY_PCT`` of the busy time."""
+        if saving_us <= 0:
+            return False
+        busy = self.busy_us
+        return self.pct(saving_us) >= MIN_SAVING_PCT or (busy > 0 and 100 * saving_us / busy >= MIN_SAVING_BUSY_PCT)
 
     def finding(self, kind: FindingKind, title: str, saving_us: float, evidence: Iterable[str], fix: str,
                 acts: dict[int, Sequence[int]] | None = None, idle_us: float = 0.0) -> Finding:

@@ -42,16 +42,23 @@ def layout_conversions(ctx: RuleContext) -> list[Finding]:
     saving = time / ctx.ranks
     if not ctx.worth_reporting(saving):
         return []
-    evidence = [
-        f"{convert} layout-conversion kernels (nchwToNhwc …) and {transpose} copies materialising a transpose/permute "
-        f"take {ctx.per_step(saving)}",
-    ]
+    what = []
+    if convert:
+        what.append(f"{convert} layout-conversion kernels (nchwToNhwc / nhwcToNchw)")
+    if transpose:
+        what.append(f"{transpose} copies materialising a transpose/permute (.contiguous() / .clone())")
+    evidence = [f"{' and '.join(what)} take {ctx.per_step(saving)}"]
     if any(isinstance(m, str) for m in modules):
         evidence.append(short_list(m for m in modules if isinstance(m, str)))
-    fix = ("model = model.to(memory_format=torch.channels_last)\n"
-           "x = x.to(memory_format=torch.channels_last)   # one layout end to end for convs\n"
-           "# transposes: pass strided views straight to ops that accept them (F.scaled_dot_product_attention,\n"
-           "# torch.matmul) instead of calling .contiguous() after transpose/permute")
+    channels_last = ("model = model.to(memory_format=torch.channels_last)\n"
+                     "x = x.to(memory_format=torch.channels_last)   # one layout end to end for the convs")
+    views = ("q, k, v = (t.view(b, s, h, d).transpose(1, 2) for t in (q, k, v))   # no .contiguous()\n"
+             "out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+             "# matmul/SDPA take strided views: drop .contiguous() after transpose/permute")
+    if convert >= transpose:
+        fix = channels_last + "\n# and drop .contiguous() after transpose/permute where the next op takes views"
+    else:
+        fix = views
     return [ctx.finding(FindingKind.LAYOUT, "Keep one memory layout: drop the conversion copies", saving,
                         evidence, fix, acts=acts_of)]
 

@@ -117,10 +117,13 @@ def bf16_to_fp8(ctx: RuleContext) -> list[Finding]:
         f"at today's share of their roof, in fp8 → saves {ctx.per_step(saving)}",
         *[f"{kernel_label(g.name)} ({g.op_name}, {g.shapes}): {fmt_time(g.total_us)}" for _, g in items[:3]],
     ]
-    fix = ("# training: Transformer Engine\nimport transformer_engine.pytorch as te\n"
-           "with te.fp8_autocast(enabled=True):\n    out = model(batch)   # te.Linear layers\n"
-           "# or torchao: from torchao.float8 import convert_to_float8_training; convert_to_float8_training(model)\n"
-           "# inference: from torchao.quantization import quantize_, float8_dynamic_activation_float8_weight\n"
-           "#            quantize_(model, float8_dynamic_activation_float8_weight())")
+    if ctx.is_training:
+        fix = ("from torchao.float8 import convert_to_float8_training\n"
+               "convert_to_float8_training(model)   # nn.Linear -> Float8Linear (dynamic scaling)\n"
+               "# or Transformer Engine: with te.fp8_autocast(enabled=True): out = model(batch)  (te.Linear layers)")
+    else:
+        fix = ("from torchao.quantization import quantize_, float8_dynamic_activation_float8_weight\n"
+               "quantize_(model, float8_dynamic_activation_float8_weight())\n"
+               "# vLLM: LLM(model, quantization=\"fp8\")")
     return [ctx.finding(FindingKind.PRECISION, f"Move compute-bound {dtype} GEMMs to fp8 ({FP8_DEVICES_NOTE})",
                         saving, evidence, fix, acts=acts)]
