@@ -66,6 +66,10 @@ class RuleContext:
         """``saving_us`` as a share of the analysed window (mean per rank), in percent."""
         return 100.0 * saving_us / self.total_us if self.total_us > 0 else 0.0
 
+    def claimed(self, pos: int) -> set[int]:
+        """Activity rows (of rank position ``pos``) that findings built so far act on."""
+        return {int(r) for t in self.targets.values() for r in t.acts.get(pos, ())}
+
     def per_step(self, saving_us: float) -> str:
         """``"1.2 ms"``, with `` (400 µs per step)`` when the window holds several profiler steps."""
         steps = self.diagnosis.time.steps

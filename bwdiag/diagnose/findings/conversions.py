@@ -31,9 +31,12 @@ def layout_conversions(ctx: RuleContext) -> list[Finding]:
             hit = bool(_LAYOUT_KERNEL.search(str(name)))
             if hit:
                 convert += 1
-            elif cat == "copy" and op >= 0 and op_column(ops, "name")[op] == "aten::copy_":
+            elif cat == "copy" and op >= 0:
                 chain = op_chain(ops, int(op), 3)
-                hit = any(n in _MATERIALISE for n in chain[1:]) and _strided_source(ops, int(op))
+                if chain[0] in _MATERIALISE:  # the op itself is the unit of work (CPU traces)
+                    hit = _strided_source(ops, int(op), 0)
+                elif chain[0] == "aten::copy_" and any(n in _MATERIALISE for n in chain[1:]):
+                    hit = _strided_source(ops, int(op), 1)
                 transpose += hit
             if hit:
                 time += float(acts["dur"].iat[i])
@@ -63,14 +66,14 @@ def layout_conversions(ctx: RuleContext) -> list[Finding]:
                         evidence, fix, acts=acts_of)]
 
 
-def _strided_source(ops, op: int) -> bool:
-    """The copy's source (2nd argument) is not contiguous — a transpose/permute being materialised.
-    Unknown strides count as strided (the op is a contiguous()/clone() copy either way)."""
+def _strided_source(ops, op: int, arg: int) -> bool:
+    """The copy's source (argument ``arg``) is not contiguous — a transpose/permute being
+    materialised. Unknown strides count as strided (a contiguous()/clone() copy either way)."""
     strides = op_column(ops, "strides")[op]
     dims = op_column(ops, "dims")[op]
-    if not isinstance(strides, list) or len(strides) < 2 or not isinstance(dims, list) or len(dims) < 2:
+    if not isinstance(strides, list) or len(strides) <= arg or not isinstance(dims, list) or len(dims) <= arg:
         return True
-    shape, stride = dims[1], strides[1]
+    shape, stride = dims[arg], strides[arg]
     if not isinstance(shape, list) or not isinstance(stride, list) or len(shape) != len(stride):
         return True
     expect, ok = 1, True
@@ -103,7 +106,7 @@ def dtype_round_trips(ctx: RuleContext) -> list[Finding]:
                 time += float(dur[prev[3]] + dur[i])
                 acts_of[pos].extend([int(prev[3]), int(i)])
                 pairs += 1
-                example = example or (cur, module[i])
+                example = example or ((cur[1], cur[0], cur[2]), module[i])
                 prev = None
                 continue
             prev = ((cur[0], cur[1]), cur[2], stream[i], i) if cur else None

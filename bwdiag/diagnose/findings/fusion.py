@@ -33,7 +33,10 @@ def fusion(ctx: RuleContext) -> list[Finding]:
     """Runs of unfused memory-bound kernels over same-size tensors, one finding per repeated pattern."""
     patterns: dict[tuple, list] = defaultdict(list)  # op-name sequence -> [(rank, run)]
     for rank_pos, a in enumerate(ctx.analyses):
+        taken = ctx.claimed(rank_pos)  # eager attention, layout copies, cast round trips: reported already
         for run in fusable_runs(a.activities, a.trace.ops):
+            if taken.intersection(run.rows.tolist()):
+                continue
             names = tuple(a.activities["op_name"].iloc[run.rows])
             patterns[names].append((rank_pos, run))
     ranked = sorted(patterns.items(), key=lambda kv: -sum(r.saving_us for _, r in kv[1]))
