@@ -1,7 +1,7 @@
 """Launch overhead: many tiny kernels and GPU gaps waiting on the host to launch the next one.
 
 Uses the timeline facts in ``extras["launch"]`` (kernel count, short kernels) and ``extras["idle"]``.
-The saving is the host-wait idle that syncs, the data loader and pageable copies do not explain:
+The saving is the host-wait idle that syncs and the data loader do not explain:
 the GPU waiting for the next launch. A CUDA graph replays the whole sequence with one launch. GPU
 traces only.
 """
@@ -27,7 +27,7 @@ def launch_overhead(ctx: RuleContext) -> list[Finding]:
     evidence = [
         f"{short:,} of {kernels:,} kernels run under 10 µs ({fmt_time(float(launch.get('short_kernel_us') or 0))} "
         f"in all); the GPU waits {fmt_time(gap)} between them for the next launch (host wait not "
-        f"explained by syncs, the data loader or pageable copies)",
+        f"explained by syncs or the data loader)",
         f"launch API calls take {fmt_time(float(launch.get('cpu_launch_us') or 0))} on the host vs "
         f"{fmt_time(float(launch.get('gpu_busy_us') or 0))} of GPU work"
         + (f"; mean queue length {launch['mean_queue_length']:.1f}" if launch.get("mean_queue_length") is not None else ""),
