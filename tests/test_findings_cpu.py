@@ -79,3 +79,18 @@ def test_whatif_on_cpu_chain():
     assert only["applied_us"] == pytest.approx(d.findings[0].est_saving_us)  # within the memory class
     assert d.extras["projected_us"] == pytest.approx(d.time.total_us - only["applied_us"])
     assert w["speedup"] == pytest.approx(d.time.total_us / d.extras["projected_us"])
+
+
+def test_per_parameter_adamw_gets_fused_step():
+    name = "cpu_adamw.json.gz"
+    d, _ = analysed(DATA / name)
+    (opt,) = [f for f in d.findings if "AdamW" in f.title]
+    assert opt.kind == "fusion" and d.findings[0] is opt
+    assert "fused=True" in opt.fix and "torch.optim.AdamW" in opt.fix
+    # Parameters: W1 [1024, 512], b1 [1024], W2 [512, 1024], b2 [512]; fp32; three steps.
+    p = 1024 * 512 + 1024 + 512 * 1024 + 512
+    fused = 3 * 7 * p * 4
+    assert f"= {fused / 1e6:.1f} MB" in opt.evidence[1]  # 88.2 MB
+    assert "12 parameter updates" in opt.evidence[0]
+    # No second report of the same kernels as plain elementwise chains.
+    assert [f.title for f in by_kind(d, "fusion")] == [opt.title]

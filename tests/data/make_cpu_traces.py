@@ -9,6 +9,8 @@ caches. Run from the repository root:
 * ``cpu_elementwise_chain.json.gz`` — a small GEMM, then 5 pointwise ops over its [1024, 1024]
   output (mul → add → tanh → mul → sigmoid), then a second small GEMM.
 * ``cpu_attention.json.gz`` — eager attention over [8, 256, 64] q/k/v: bmm → div → softmax → bmm.
+* ``cpu_adamw.json.gz`` — a training step of a 2-layer MLP (512 → 1024 → 512) with
+  ``torch.optim.AdamW(foreach=False)``: the per-parameter optimizer loop.
 * ``cpu_conversions.json.gz`` — a dtype round trip (fp32 → bf16 → fp32 of the same tensor) and a
   materialised permute (``x.permute(0, 2, 1).contiguous()``).
 """
@@ -50,6 +52,12 @@ def conversions(x, y):
     return z, p
 
 
+def adamw_step(model, opt, x):
+    opt.zero_grad()
+    model(x).square().mean().backward()
+    opt.step()
+
+
 def record(name: str, fn, *args) -> None:
     fn(*args)  # warm-up, outside the trace
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
@@ -72,6 +80,9 @@ def main() -> None:
            torch.randn(1024, 64) / 32, torch.full((1024, 1024), 0.5), torch.ones(1024, 1024))
     record("cpu_attention.json.gz", attention, torch.randn(8, 256, 64), torch.randn(8, 256, 64),
            torch.randn(8, 256, 64))
+    mlp = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 512))
+    record("cpu_adamw.json.gz", adamw_step, mlp, torch.optim.AdamW(mlp.parameters(), lr=1e-3, foreach=False),
+           torch.randn(64, 512))
     record("cpu_conversions.json.gz", conversions, torch.randn(1024, 1024), torch.randn(16, 256, 256))
 
 

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from bwdiag.diagnose.findings import (  # noqa: F401  (importing registers the rules)
+# Import order is rule order: rules that claim specific kernels (eager attention, optimizer steps,
+# layout and cast conversions) run before the generic fusion rule, which skips what they claimed.
+from bwdiag.diagnose.findings import (  # noqa: F401, I001  (importing registers the rules)
     attention,
+    optimizer,
     batching,
     conversions,
     fusion,
