@@ -196,3 +196,55 @@ def test_whatif_never_exceeds_a_bound_class():
         for x in w["findings"]:
             assert 0 <= x["applied_us"] <= x["est_saving_us"] + 1e-9
         assert np.isclose(w["projected_us"], d.extras["projected_us"])
+
+
+# --- host side: AlexNet benchmark (syncs, pageable copies), 2-rank DDP (layout, α-bound all-reduce) ----
+
+ALEXNET = "hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
+DDP_CONV = "hta/nccl_parser_config/nccl_data.json.gz"
+
+
+def test_alexnet_pageable_copies_sync_and_host_wait():
+    path = shared_trace(ALEXNET)
+    d, _ = analysed(path)
+    raw = [e for e in raw_events(path)["traceEvents"] if e.get("ph") == "X"]
+    pageable = [e for e in raw if e.get("cat") == "gpu_memcpy" and "Pageable" in e["name"]]
+    (memcpy,) = by_kind(d, "memcpy")
+    assert len(pageable) == 16
+    assert memcpy.est_saving_us == pytest.approx(sum(e["dur"] for e in pageable))  # 55.5 ms
+    assert "pin_memory()" in memcpy.fix and "non_blocking=True" in memcpy.fix
+    idle = d.extras["idle"]
+    (sync,) = by_kind(d, "sync")
+    assert sync.est_saving_us == pytest.approx(idle["causes"]["sync_us"])
+    assert any(e.startswith("cudaDeviceSynchronize: 5×") for e in sync.evidence)
+    assert ".item()" in sync.fix
+    (host,) = by_kind(d, "host_bound")  # kernels are long (not launch-bound): the rest of the wait is Python
+    assert host.est_saving_us == pytest.approx(idle["host_wait_us"] - idle["causes"]["sync_us"]
+                                               - idle["causes"]["data_loader_us"])
+    assert not by_kind(d, "launch_overhead")
+    _check_sorted_and_pct(d)
+
+
+def test_ddp_conv_layout_kernels_and_latency_bound_allreduce():
+    path = shared_trace(DDP_CONV)
+    d, _ = analysed(path)
+    convert = [e for e in raw_kernels(raw_events(path)) if re.search("nchwToNhwc|nhwcToNchw", e["name"])]
+    (layout,) = by_kind(d, "layout")
+    assert len(convert) == 633
+    assert layout.est_saving_us == pytest.approx(sum(e["dur"] for e in convert))
+    assert layout.fix.startswith("model = model.to(memory_format=torch.channels_last)")
+    fit = d.extras["comm_fit"]
+    small = [c for c in d.collectives if c.collective == fit["collective"]
+             and fit["alpha_us"] * c.count >= 0.5 * c.total_us and c.count > 1]
+    (few,) = [f for f in by_kind(d, "overlap") if "fewer, bigger" in f.title]
+    calls = sum(c.count for c in small)
+    assert few.est_saving_us == pytest.approx(min(0.75 * calls * fit["alpha_us"], sum(c.exposed_us for c in small)))
+    assert "bucket_cap_mb" in few.fix
+    (exposed,) = [f for f in by_kind(d, "overlap") if "exposed all_reduce" in f.title]
+    assert exposed.est_saving_us == pytest.approx(sum(c.exposed_us for c in d.collectives
+                                                      if c.collective == "all_reduce"))
+    assert "gradient_as_bucket_view=True" in exposed.fix
+    # Both act on the same all-reduce kernels: the what-if counts them once.
+    w = {x["title"]: x for x in d.extras["whatif"]["findings"]}
+    both = w[exposed.title]["applied_us"] + w[few.title]["applied_us"]
+    assert both <= max(exposed.est_saving_us, few.est_saving_us) + 1e-6

@@ -14,7 +14,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from bwdiag.diagnose.findings.base import RuleContext, fmt_time, op_chain, op_column, rule, short_list, tensor_sizes
+from bwdiag.diagnose.findings.base import RuleContext, op_chain, op_column, rule, tensor_sizes
 from bwdiag.diagnose.model import Finding, FindingKind
 
 _LAYOUT_KERNEL = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|NCHWToNHWC|NHWCToNCHW|convertTensor", re.I)
@@ -51,8 +51,10 @@ def layout_conversions(ctx: RuleContext) -> list[Finding]:
     if transpose:
         what.append(f"{transpose} copies materialising a transpose/permute (.contiguous() / .clone())")
     evidence = [f"{' and '.join(what)} take {ctx.per_step(saving)}"]
-    if any(isinstance(m, str) for m in modules):
-        evidence.append(short_list(m for m in modules if isinstance(m, str)))
+    named = list(dict.fromkeys(m for m in modules if isinstance(m, str)))
+    evidence.extend(named[:3])  # module paths on their own: the report links them to the kernel table
+    if len(named) > 3:
+        evidence.append(f"… and {len(named) - 3} more modules")
     channels_last = ("model = model.to(memory_format=torch.channels_last)\n"
                      "x = x.to(memory_format=torch.channels_last)   # one layout end to end for the convs")
     views = ("q, k, v = (t.view(b, s, h, d).transpose(1, 2) for t in (q, k, v))   # no .contiguous()\n"

@@ -74,8 +74,10 @@ def _latency_dominated(ctx: RuleContext) -> list[Finding]:
     if not isinstance(fit, dict) or not fit.get("alpha_us"):
         return []
     alpha = float(fit["alpha_us"])
+    kind = fit.get("collective")
     small = [c for c in ctx.diagnosis.collectives
-             if c.count > 1 and c.total_us > 0 and alpha * c.count >= 0.5 * c.total_us]
+             if (kind is None or c.collective == kind) and c.count > 1 and c.total_us > 0
+             and alpha * c.count >= 0.5 * c.total_us]
     if not small:
         return []
     calls = sum(c.count for c in small) / ctx.ranks
@@ -85,7 +87,7 @@ def _latency_dominated(ctx: RuleContext) -> list[Finding]:
     if not ctx.worth_reporting(saving):
         return []
     evidence = [
-        f"{calls:.0f} collectives of ≤{fmt_bytes(max((c.bytes or 0) for c in small))} where the fitted latency "
+        f"{calls:.0f} {kind or 'collective'} calls of ≤{fmt_bytes(max((c.bytes or 0) for c in small))} where the fitted latency "
         f"α = {fmt_time(alpha)} per call is ≥ half their time",
         f"4× bigger buckets: {calls:.0f} → {calls / 4:.0f} calls saves α·{0.75 * calls:.0f} = {fmt_time(alpha * calls * 0.75)}"
         f", capped by their exposed time → {ctx.per_step(saving)}",
