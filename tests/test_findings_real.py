@@ -248,3 +248,16 @@ def test_ddp_conv_layout_kernels_and_latency_bound_allreduce():
     w = {x["title"]: x for x in d.extras["whatif"]["findings"]}
     both = w[exposed.title]["applied_us"] + w[few.title]["applied_us"]
     assert both <= max(exposed.est_saving_us, few.est_saving_us) + 1e-6
+
+
+def test_vllm_decode_lm_head_is_weight_bound():
+    """gpt-oss decode on MI300X: the LM head mm [32, 2880] x [2880, 201088] reads a 1.16 GB weight per token."""
+    path = shared_trace("tracelens/inference/vllm_decode_full/graph_execution.json.gz")
+    d, _ = analysed(path)
+    (quant,) = by_kind(d, "quantization")
+    (kernel,) = [e for e in raw_kernels(raw_events(path)) if "MT448x32x64" in e["name"]]
+    weight = 2880 * 201088 * 2
+    moved = 32 * 2880 * 2 + weight + 32 * 201088 * 2
+    assert quant.est_saving_us == pytest.approx(kernel["dur"] * (weight / 2) / moved, rel=1e-6)  # 137 µs
+    assert "weight 1.16 GB of 1.17 GB per call" in quant.evidence[1]
+    assert "LogitsProcessor_0" in quant.evidence[3]

@@ -7,7 +7,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from bwdiag.diagnose.findings.base import RuleContext, op_column, tensor_sizes
+from bwdiag.costs.dtypes import dtype_bytes
+from bwdiag.diagnose.findings.base import RuleContext, op_column
 
 MATRIX = ("gemm", "conv")
 
@@ -44,15 +45,9 @@ def weight_bytes(a, g) -> float | None:
     arg = WEIGHT_ARG.get(g.op_name)
     if arg is None:
         return None
-    op = a.activities.loc[a.activities["group"] == g.Index, "op"].iloc[0]
-    dims = op_column(a.trace.ops, "dims")[op]
+    op = int(a.activities.loc[a.activities["group"] == g.Index, "op"].iloc[0])
+    dims, types = op_column(a.trace.ops, "dims")[op], op_column(a.trace.ops, "types")[op]
     if not isinstance(dims, list) or len(dims) <= arg or not isinstance(dims[arg], list) or len(dims[arg]) != 2:
         return None
-    sizes = tensor_sizes(a.trace.ops, int(op))
-    types = op_column(a.trace.ops, "types")[op]
-    from bwdiag.costs.dtypes import dtype_bytes
-
     elem = dtype_bytes(types[arg]) if isinstance(types, list) and len(types) > arg else None
-    if not elem or not sizes:
-        return None
-    return float(np.prod(dims[arg]) * elem)
+    return float(np.prod(dims[arg]) * elem) if elem else None
