@@ -50,7 +50,11 @@ def test_qwen_fusion_is_the_top_finding():
     top = d.findings[0]
     assert top.kind == "fusion"
     assert "Qwen2RMSNorm_*" in top.title and "(×48)" in top.title  # two norms in each of 24 layers
-    assert "Qwen2Model_0.Qwen2DecoderLayer_0.Qwen2RMSNorm_1" in top.evidence
+    # Module paths as the kernel table shows them (a group's first module), so the report links them.
+    assert "Qwen2Model_0.Qwen2DecoderLayer_0.Qwen2RMSNorm_0" in top.evidence
+    from bwdiag.report.context import build_context
+    (card,) = [f for f in build_context(d)["findings"] if f["title"] == top.title]
+    assert any(e["find"] == "Qwen2Model_0.Qwen2DecoderLayer_0.Qwen2RMSNorm_0" for e in card["evidence"])
     assert "torch.compile" in top.fix and "RMSNorm" in top.fix
     # The rotary-embedding chains of every attention block are fusion findings too.
     assert any("Qwen2Attention_*" in f.title for f in by_kind(d, "fusion"))

@@ -70,7 +70,7 @@ def _finding(ctx: RuleContext, names: tuple, runs: list) -> Finding | None:
         f"unfused {unit} move {fmt_bytes(bytes_total)} in {fmt_time(time_total)} ({fmt_bandwidth(bw)} achieved); "
         f"fused: {fmt_bytes(bytes_total - saved_total)} → saves {fmt_bytes(saved_total)} ÷ {fmt_bandwidth(bw)} "
         f"= {ctx.per_step(saving)}",
-        *[m for m in dict.fromkeys(modules) if m][:3],
+        *_table_modules(ctx, runs)[:3],
     ]
     title = f"Fuse {per_run} in {where}" if where else f"Fuse {per_run} ({_sequence(names)})"
     title += (f" (×{len(runs) // ctx.ranks})" if len(runs) > ctx.ranks else "")
@@ -78,6 +78,19 @@ def _finding(ctx: RuleContext, names: tuple, runs: list) -> Finding | None:
     for p, r in runs:
         acts[p].extend(r.rows.tolist())
     return ctx.finding(FindingKind.FUSION, title, saving, evidence, _fix(names, modules, ctx.is_cpu), acts=acts)
+
+
+def _table_modules(ctx: RuleContext, runs: list) -> list[str]:
+    """Module paths as the kernel table shows them (each kernel group's first module), so the
+    report can link the evidence to the table rows."""
+    out: dict[str, None] = {}
+    for pos, run in runs:
+        a = ctx.analyses[pos]
+        for gid in a.activities["group"].iloc[run.rows]:
+            m = a.groups.at[gid, "module"]
+            if isinstance(m, str) and m:
+                out.setdefault(m)
+    return list(out)
 
 
 def _main_module(modules) -> str | None:
