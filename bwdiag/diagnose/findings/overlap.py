@@ -68,16 +68,27 @@ def exposed_collectives(ctx: RuleContext) -> list[Finding]:
     return findings
 
 
+#: A fitted per-call latency above this is not link latency (NCCL's is ~5-100 µs) but peers
+#: waiting on each other; bucketing would not remove it.
+MAX_PLAUSIBLE_ALPHA_US = 1000.0
+
+
 def _latency_dominated(ctx: RuleContext) -> list[Finding]:
-    """Many small collectives whose time is mostly the fixed α per call: fewer, bigger buckets."""
+    """Many small collectives whose time is mostly the fixed α per call: fewer, bigger buckets.
+
+    A message is latency-dominated below the half-performance size n½ = α·β (transfer time equals
+    the fixed latency there) when α·calls is at least half its time."""
     fit = ctx.extras.get("comm_fit")
-    if not isinstance(fit, dict) or not fit.get("alpha_us"):
+    if not isinstance(fit, dict) or not fit.get("alpha_us") or not fit.get("beta_bytes_per_s"):
         return []
     alpha = float(fit["alpha_us"])
+    if not 0 < alpha <= MAX_PLAUSIBLE_ALPHA_US:
+        return []
+    n_half = alpha / 1e6 * float(fit["beta_bytes_per_s"])
     kind = fit.get("collective")
     small = [c for c in ctx.diagnosis.collectives
              if (kind is None or c.collective == kind) and c.count > 1 and c.total_us > 0
-             and alpha * c.count >= 0.5 * c.total_us]
+             and c.bytes is not None and c.bytes <= n_half and alpha * c.count >= 0.5 * c.total_us]
     if not small:
         return []
     calls = sum(c.count for c in small) / ctx.ranks
@@ -87,8 +98,8 @@ def _latency_dominated(ctx: RuleContext) -> list[Finding]:
     if not ctx.worth_reporting(saving):
         return []
     evidence = [
-        f"{calls:.0f} {kind or 'collective'} calls of ≤{fmt_bytes(max((c.bytes or 0) for c in small))} where the fitted latency "
-        f"α = {fmt_time(alpha)} per call is ≥ half their time",
+        f"{calls:.0f} {kind or 'collective'} calls of ≤{fmt_bytes(max((c.bytes or 0) for c in small))}, below "
+        f"n½ = α·β = {fmt_bytes(n_half)}: the fitted latency α = {fmt_time(alpha)} per call is ≥ half their time",
         f"4× bigger buckets: {calls:.0f} → {calls / 4:.0f} calls saves α·{0.75 * calls:.0f} = {fmt_time(alpha * calls * 0.75)}"
         f", capped by their exposed time → {ctx.per_step(saving)}",
     ]
