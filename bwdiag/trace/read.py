@@ -18,8 +18,10 @@ from typing import Any
 import orjson
 
 from bwdiag.errors import TraceError
+from bwdiag.trace.salvage import Salvaged, salvage_document
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_UTF8_BOM = b"\xef\xbb\xbf"
 # Bare non-finite numbers (Python's json.dumps writes Infinity/NaN; C++ writers have written inf/nan).
 _NON_FINITE = re.compile(rb"(?<=[:\[,\s])-?(?:Infinity|NaN|inf|nan)(?=\s*[,\]\}])")
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
@@ -44,6 +46,11 @@ def read_trace_file(path: Path) -> RawTrace:
     doc = _parse(path, data, warnings)
     if isinstance(doc, list):  # a bare event array is valid Chrome trace format
         doc = {"traceEvents": doc}
+    if isinstance(doc, dict) and str(doc.get("schema", "")).startswith("bwdiag/diagnosis"):
+        raise TraceError(
+            f"{path}: this is a diagnosis bwdiag wrote, not a trace; pass the trace it was made from "
+            "(listed under source.paths in that file)"
+        )
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise TraceError(
             f"{path}: JSON but not a torch.profiler trace (no traceEvents list); "
@@ -60,26 +67,41 @@ def _read_bytes(path: Path, warnings: list[str]) -> bytes:
         raise TraceError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise TraceError(f"{path}: is a folder, not a trace file") from None
+    except MemoryError:
+        raise TraceError(f"{path}: too large to read into memory on this machine") from None
     except OSError as err:
         raise TraceError(f"{path}: cannot be read ({err.strerror or err})") from None
     if not raw.startswith(_GZIP_MAGIC):
         return raw
     try:
         return gzip.decompress(raw)
+    except MemoryError:
+        raise TraceError(f"{path}: decompressed trace is too large to hold in memory on this machine") from None
     except (EOFError, OSError, zlib.error):
-        # A gzip stream cut short: keep everything that decompresses.
-        out = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            data = out.decompress(raw)
-        except zlib.error as err:
-            raise TraceError(f"{path}: gzip data is corrupt ({err}); nothing could be recovered") from None
-        if not data:
-            raise TraceError(f"{path}: gzip stream is cut short before any data")
+        return _salvage_gzip(path, raw, warnings)
+
+
+def _salvage_gzip(path: Path, raw: bytes, warnings: list[str]) -> bytes:
+    """A gzip stream cut short (or followed by garbage): keep everything that decompresses."""
+    out = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        data = out.decompress(raw)
+    except zlib.error as err:
+        raise TraceError(f"{path}: gzip data is corrupt ({err}); nothing could be recovered") from None
+    except MemoryError:
+        raise TraceError(f"{path}: decompressed trace is too large to hold in memory on this machine") from None
+    if not data:
+        raise TraceError(f"{path}: gzip stream is cut short before any data; nothing could be recovered")
+    if out.eof:
+        warnings.append(f"{path.name}: {len(out.unused_data):,} bytes of garbage after the gzip stream; ignored")
+    else:
         warnings.append(f"{path.name}: gzip stream is cut short; analysed the {len(data):,} bytes recovered")
-        return data
+    return data
 
 
 def _parse(path: Path, data: bytes, warnings: list[str]) -> Any:
+    if data.startswith(_UTF8_BOM):  # written by some Windows tools; not JSON, but harmless
+        data = data[len(_UTF8_BOM):]
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as err:
@@ -95,14 +117,31 @@ def _parse(path: Path, data: bytes, warnings: list[str]) -> Any:
         else:
             warnings.append(f"{path.name}: {', '.join(fixes)}")
             return doc
-    doc = _close_truncated(cleaned)
-    if doc is None:
-        raise TraceError(f"{path}: not valid JSON ({first_error}); the file cannot be read as a trace")
-    warnings.append(
-        f"{path.name}: JSON is truncated ({', '.join(fixes + ['cut at the last complete event'])}); "
-        f"analysed the {len(doc.get('traceEvents', doc) if isinstance(doc, dict) else doc):,} events before the cut"
-    )
-    return doc
+    salvaged = salvage_document(cleaned)
+    if salvaged is None:
+        raise TraceError(
+            f"{path}: not valid JSON ({_short(first_error)}) and no trace events could be recovered; "
+            "re-export the trace"
+        )
+    warnings.append(f"{path.name}: {_salvage_note(salvaged, fixes)}")
+    return salvaged.doc
+
+
+def _short(err: Exception) -> str:
+    text = str(err)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _salvage_note(s: Salvaged, fixes: list[str]) -> str:
+    parts = []
+    if s.damaged_at:
+        where = f"byte {s.damaged_at[0]:,}" if len(s.damaged_at) == 1 else \
+            f"{len(s.damaged_at)} places, first at byte {s.damaged_at[0]:,}"
+        parts.append(f"JSON is damaged at {where}: the damaged events were skipped")
+    if s.truncated:
+        parts.append("JSON is truncated (the file ends mid-trace: the writer was interrupted or the disk filled)")
+    note = "; ".join(parts) + f"; analysed the {s.events_kept:,} complete events recovered"
+    return note + (f" ({', '.join(fixes)})" if fixes else "")
 
 
 def _clean(data: bytes) -> tuple[bytes, list[str]]:
@@ -120,24 +159,3 @@ def _clean(data: bytes) -> tuple[bytes, list[str]]:
     if n:
         fixes.append(f"{n} non-finite numbers read as null")
     return data, fixes
-
-
-def _close_truncated(data: bytes) -> Any:
-    """Cut at the last complete event of the traceEvents array and close the document."""
-    start = data.find(b"[", data.find(b'"traceEvents"') if b'"traceEvents"' in data else 0)
-    if start < 0:
-        return None
-    end = len(data)
-    for _ in range(64):  # try the last few event boundaries, newest first
-        cut = data.rfind(b"}", start, end)
-        if cut < 0:
-            return None
-        body = data[: cut + 1]
-        for tail in (b"]}", b"]"):
-            try:
-                doc = orjson.loads(body + tail)
-            except orjson.JSONDecodeError:
-                continue
-            return doc
-        end = cut
-    return None
