@@ -13,6 +13,7 @@ from bwdiag.errors import TraceError
 from bwdiag.trace.events import EventTables, tabulate
 from bwdiag.trace.link import LinkStats, link
 from bwdiag.trace.read import read_trace_file
+from bwdiag.trace.salvage import sanitize_args
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -89,6 +90,12 @@ def load_rank(path: Path) -> RankTrace:
     del raw.events
     _refuse_unusable(path, n_events, tables)
     _warn_skipped(path, tables, warnings)
+    malformed_args = sanitize_args(tables)
+    if malformed_args:
+        warnings.append(
+            f"{path.name}: {malformed_args:,} events have shape or collective args of the wrong form "
+            "(e.g. an Input type that is not a string); those args were ignored"
+        )
     stats = link(tables)
     if stats.orphans_dropped:
         warnings.append(
@@ -117,7 +124,7 @@ def _refuse_unusable(path: Path, n_events: int, tables: EventTables) -> None:
     raise TraceError(
         f"{path}: none of its {n_events:,} events is a CPU op, GPU kernel or runtime call"
         + (f" ({detail})" if detail else "")
-        + "; expected a torch.profiler trace"
+        + "; pass a file written by torch.profiler's export_chrome_trace or tensorboard_trace_handler"
     )
 
 

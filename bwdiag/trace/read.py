@@ -25,6 +25,12 @@ _UTF8_BOM = b"\xef\xbb\xbf"
 # Bare non-finite numbers (Python's json.dumps writes Infinity/NaN; C++ writers have written inf/nan).
 _NON_FINITE = re.compile(rb"(?<=[:\[,\s])-?(?:Infinity|NaN|inf|nan)(?=\s*[,\]\}])")
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+# \uD800-\uDFFF escapes outside a high+low pair: Python writes them for names decoded with surrogateescape
+# (undecodable bytes in file paths); strict parsers such as orjson reject the whole file for one.
+_LONE_SURROGATE = re.compile(
+    rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
 
 
 @dataclass
@@ -87,11 +93,13 @@ def _salvage_gzip(path: Path, raw: bytes, warnings: list[str]) -> bytes:
     try:
         data = out.decompress(raw)
     except zlib.error as err:
-        raise TraceError(f"{path}: gzip data is corrupt ({err}); nothing could be recovered") from None
+        raise TraceError(
+            f"{path}: gzip data is corrupt ({err}); nothing could be recovered: copy the file again or re-export it"
+        ) from None
     except MemoryError:
         raise TraceError(f"{path}: decompressed trace is too large to hold in memory on this machine") from None
     if not data:
-        raise TraceError(f"{path}: gzip stream is cut short before any data; nothing could be recovered")
+        raise TraceError(f"{path}: gzip stream is cut short before any data; copy the file again or re-export it")
     if out.eof:
         warnings.append(f"{path.name}: {len(out.unused_data):,} bytes of garbage after the gzip stream; ignored")
     else:
@@ -106,8 +114,11 @@ def _parse(path: Path, data: bytes, warnings: list[str]) -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError as err:
         first_error = err
-    if data.lstrip()[:1] not in (b"{", b"["):
-        raise TraceError(f"{path}: not JSON or gzip (starts with {data[:12]!r}); expected a torch.profiler trace")
+    if data.lstrip(b" \t\r\n\x00")[:1] not in (b"{", b"["):  # NULs: blocks a crash left unwritten
+        raise TraceError(
+            f"{path}: not JSON or gzip (starts with {data[:12]!r}); pass the .json or .json.gz file "
+            "torch.profiler wrote (export_chrome_trace or tensorboard_trace_handler)"
+        )
     cleaned, fixes = _clean(data)
     if fixes:
         try:
@@ -119,6 +130,11 @@ def _parse(path: Path, data: bytes, warnings: list[str]) -> Any:
             return doc
     salvaged = salvage_document(cleaned)
     if salvaged is None:
+        if fixes:  # report what is still wrong once the encoding problems are repaired
+            try:
+                orjson.loads(cleaned)
+            except orjson.JSONDecodeError as err:
+                first_error = err
         raise TraceError(
             f"{path}: not valid JSON ({_short(first_error)}) and no trace events could be recovered; "
             "re-export the trace"
@@ -134,6 +150,8 @@ def _short(err: Exception) -> str:
 
 def _salvage_note(s: Salvaged, fixes: list[str]) -> str:
     parts = []
+    if s.header_lost:
+        parts.append("the metadata before the events (deviceProperties, distributedInfo) is damaged and was dropped")
     if s.damaged_at:
         where = f"byte {s.damaged_at[0]:,}" if len(s.damaged_at) == 1 else \
             f"{len(s.damaged_at)} places, first at byte {s.damaged_at[0]:,}"
@@ -155,6 +173,9 @@ def _clean(data: bytes) -> tuple[bytes, list[str]]:
     data, n = _CONTROL.subn(b" ", data)
     if n:
         fixes.append(f"{n} control characters replaced")
+    data, n = _LONE_SURROGATE.subn(rb"\\ufffd", data)
+    if n:
+        fixes.append(f"{n} lone UTF-16 surrogates replaced")
     data, n = _NON_FINITE.subn(b"null", data)
     if n:
         fixes.append(f"{n} non-finite numbers read as null")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+import pandas as pd
 
 #: Damaged places skipped before giving up on the rest of the file.
 MAX_REPAIRS = 16
@@ -32,6 +33,7 @@ class Salvaged:
     events_kept: int
     damaged_at: list[int]  # byte offsets of the damaged places skipped
     truncated: bool  # the file ends inside the events (cut short)
+    header_lost: bool = False  # the metadata before the events (deviceProperties …) was damaged and dropped
 
 
 def error_offset(data: bytes, err: orjson.JSONDecodeError) -> int:
@@ -62,6 +64,7 @@ def salvage_document(data: bytes) -> Salvaged | None:
 
     kept: list[Any] = []
     damaged_at: list[int] = []
+    header_lost = False
     consumed = 0  # bytes of the original file dropped by earlier splices (to report true offsets)
     doc_bytes = data
     for _ in range(MAX_REPAIRS + 1):
@@ -70,22 +73,38 @@ def salvage_document(data: bytes) -> Salvaged | None:
         except orjson.JSONDecodeError as err:
             pos = error_offset(doc_bytes, err)
         else:
-            return _finish(doc, kept, damaged_at, truncated=False, bare=bare)
+            return _finish(doc, kept, damaged_at, truncated=False, bare=bare, header_lost=header_lost)
         if pos <= start:
-            return None  # the damage is in the metadata before the events
+            if bare or header_lost:
+                return None
+            # The metadata before the events is damaged: drop it and read the events as a bare array.
+            header_lost = True
+            consumed += start
+            doc_bytes, start, bare = doc_bytes[start:], 0, True
+            continue
+        whole = _complete_array(doc_bytes[start:pos])
+        if whole is not None:
+            # The events array is whole; the damage is in the metadata after it: keep the events.
+            kept.extend(whole)
+            damaged_at.append(pos + consumed)
+            return _finish(_header(doc_bytes, start, bare), kept, damaged_at, truncated=False, bare=bare,
+                           header_lost=header_lost)
         kept.extend(_close_prefix(doc_bytes[start:pos]))
         nxt = _NEXT_EVENT.search(doc_bytes, pos)
         if nxt is None:  # nothing after the damage looks like an event: the file is cut short there
-            return _finish(_header(doc_bytes, start, bare), kept, damaged_at, truncated=True, bare=bare)
+            return _finish(_header(doc_bytes, start, bare), kept, damaged_at, truncated=True, bare=bare,
+                           header_lost=header_lost)
         damaged_at.append(pos + consumed)
         resume = nxt.end() - 1  # at the `{` of the next event
         consumed += resume - (start + 1)
         doc_bytes = doc_bytes[: start + 1] + doc_bytes[resume:]
     # Too many damaged places: keep what was read and the header.
-    return _finish(_header(doc_bytes, start, bare), kept, damaged_at, truncated=True, bare=bare)
+    return _finish(_header(doc_bytes, start, bare), kept, damaged_at, truncated=True, bare=bare,
+                   header_lost=header_lost)
 
 
-def _finish(doc: Any, kept: list[Any], damaged_at: list[int], *, truncated: bool, bare: bool) -> Salvaged | None:
+def _finish(doc: Any, kept: list[Any], damaged_at: list[int], *, truncated: bool, bare: bool,
+            header_lost: bool) -> Salvaged | None:
     if doc is None:
         return None
     if bare:
@@ -95,7 +114,7 @@ def _finish(doc: Any, kept: list[Any], damaged_at: list[int], *, truncated: bool
     tail = doc.get("traceEvents")
     events = kept + (tail if isinstance(tail, list) else [])
     doc["traceEvents"] = events
-    return Salvaged(doc, len(events), damaged_at, truncated)
+    return Salvaged(doc, len(events), damaged_at, truncated, header_lost)
 
 
 def _header(doc_bytes: bytes, start: int, bare: bool) -> Any:
@@ -106,6 +125,15 @@ def _header(doc_bytes: bytes, start: int, bare: bool) -> Any:
         return orjson.loads(doc_bytes[: start + 1] + b"]}")
     except orjson.JSONDecodeError:
         return None
+
+
+def _complete_array(text: bytes) -> list[Any] | None:
+    """``text`` parsed when it is one whole JSON array (the events, closed), else None."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, list) else None
 
 
 def _close_prefix(prefix: bytes) -> list[Any]:
@@ -122,3 +150,74 @@ def _close_prefix(prefix: bytes) -> list[Any]:
             continue
         return events if isinstance(events, list) else []
     return []
+
+
+# -- event args of the wrong shape ----------------------------------------------------------------
+
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
+def _is_dims(value: Any, depth: int = 0) -> bool:
+    """``Input Dims`` / ``Input Strides``: lists of sizes, nested for tensor-list inputs."""
+    if value.__class__ is not list or depth > 4:
+        return False
+    for v in value:
+        c = v.__class__
+        if c is int:
+            continue
+        if c is not list:
+            return False
+        for x in v:  # the common case, [[8, 512], [512]], without a call per size
+            if x.__class__ is not int and not _is_dims(x, depth + 2):
+                return False
+    return True
+
+
+def _is_scalar_list(value: Any) -> bool:
+    """``Input type`` / ``Concrete Inputs``: one string (or number) per input."""
+    return value.__class__ is list and all(v.__class__ in _SCALARS for v in value)
+
+
+def _args_ok(value: Any) -> bool:
+    if value.__class__ is not dict:
+        return False
+    for v in value.values():
+        if v.__class__ not in _SCALARS and not _is_scalar_list(v):
+            return False
+    return True
+
+
+def _clean_args(value: Any) -> Any:
+    """Copied kernel/collective args: scalars and lists of scalars kept; anything else dropped."""
+    if value.__class__ is not dict:
+        return None
+    kept = {k: v for k, v in value.items() if v.__class__ in _SCALARS or _is_scalar_list(v)}
+    return kept or None
+
+
+_CHECKS = {"dims": _is_dims, "strides": _is_dims, "types": _is_scalar_list, "concrete": _is_scalar_list,
+           "args": _args_ok}
+
+
+def sanitize_args(tables) -> int:
+    """Drop shape and collective args whose structure is wrong (an ``Input type`` holding a dict …).
+
+    Downstream code (costs, shapes) may then trust their types. Returns how many events lost an arg.
+    ``tables`` is an :class:`~bwdiag.trace.events.EventTables`; its frames are changed in place.
+    """
+    touched: set[tuple[str, int]] = set()
+    for name, frame, cols in (("ops", tables.ops, ("dims", "strides", "types", "concrete", "args")),
+                              ("gpu", tables.gpu, ("args",))):
+        for col in cols:
+            if frame.empty or col not in frame:
+                continue
+            ok = _CHECKS[col]
+            values = frame[col].tolist()
+            bad = [i for i, v in enumerate(values) if v is not None and not ok(v)]
+            if not bad:
+                continue
+            for i in bad:
+                values[i] = _clean_args(values[i]) if col == "args" else None
+            frame[col] = pd.Series(values, index=frame.index, dtype=object)
+            touched.update((name, i) for i in bad)
+    return len(touched)

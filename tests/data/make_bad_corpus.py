@@ -73,6 +73,11 @@ def kernels(doc: dict) -> list[dict]:
     return [ev for ev in doc["traceEvents"] if ev.get("cat") == "kernel"]
 
 
+def n_gpu(events: list) -> int:
+    """GPU activities (kernels, memcpys, memsets): the rows bwdiag's kernel table counts."""
+    return sum(1 for ev in events if ev.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+
+
 def unique_named_kernels(doc: dict) -> list[dict]:
     """Kernels whose name occurs once, longest first (each is a kernel group of its own)."""
     ks = kernels(doc)
@@ -97,6 +102,12 @@ def write(name: str, data: bytes, cases: dict, **facts) -> None:
 # -- salvage cases -------------------------------------------------------------------------------
 
 
+def reference(base: dict, cases: dict) -> None:
+    """The undamaged reduced trace: what every case was made from, and the fuzz test's seed."""
+    write("reference_good.json.gz", gz(kineto_bytes(base)), cases, events=len(base["traceEvents"]),
+          gpu_activities=n_gpu(base["traceEvents"]))
+
+
 def truncated_mid_event(base: dict, cases: dict) -> None:
     data = kineto_bytes(base)
     lines = data.split(b"\n")
@@ -106,13 +117,13 @@ def truncated_mid_event(base: dict, cases: dict) -> None:
     cut_line = first_event + keep
     cut = len(b"\n".join(lines[:cut_line])) + 1 + len(lines[cut_line]) // 2
     write("truncated_mid_event.json", data[:cut], cases, complete_events=keep,
-          kernels=sum(1 for ev in base["traceEvents"][:keep] if ev.get("cat") == "kernel"))
+          gpu_activities=n_gpu(base["traceEvents"][:keep]))
 
 
 def missing_closing_bracket(base: dict, cases: dict) -> None:
     data = kineto_bytes(base, close=False)
     write("missing_closing_bracket.json.gz", gz(data), cases, complete_events=len(base["traceEvents"]),
-          kernels=len(kernels(base)))
+          gpu_activities=n_gpu(base["traceEvents"]))
 
 
 def gzip_cut_short(base: dict, cases: dict) -> None:
@@ -125,7 +136,20 @@ def gzip_cut_short(base: dict, cases: dict) -> None:
     # The last line may be a whole event with no newline after it yet: that one is complete too.
     events = [json.loads(ln.strip().rstrip(b",")) for ln in complete]
     write("gzip_cut_short.json.gz", cut, cases, recovered_bytes=len(recovered), complete_events=len(events),
-          kernels=sum(1 for ev in events if ev.get("cat") == "kernel"))
+          gpu_activities=n_gpu(events))
+
+
+def damaged_mid_file(base: dict, cases: dict) -> None:
+    doc = copy.deepcopy(base)
+    a, b = late_kernels(doc, 20)[:2]
+    a["name"] = a["name"] + "@@QUOTE@@"
+    b["dur"] = "@@BADNUM@@"
+    data = kineto_bytes(doc)
+    at = data.index(b"@@QUOTE@@")
+    # An unescaped quote in a kernel name (seen in the wild) and a mangled number, mid-file.
+    data = data.replace(b"@@QUOTE@@", b'"x"').replace(b'"@@BADNUM@@"', b"1.2.3")
+    write("damaged_mid_file.json.gz", gz(data), cases, damaged=2, first_damage_byte=at + 1,
+          complete_events=len(base["traceEvents"]) - 2, gpu_activities=n_gpu(base["traceEvents"]) - 2)
 
 
 def non_finite_numbers(base: dict, cases: dict) -> None:
@@ -139,7 +163,7 @@ def non_finite_numbers(base: dict, cases: dict) -> None:
     for token in (b"inf", b"NaN", b"-Infinity", b"nan"):
         data = data.replace(b'"@@' + token + b'@@"', token)
     write("non_finite_numbers.json.gz", gz(data), cases, non_finite=4, missing_dur=2, missing_ts=1,
-          kernels=len(kernels(base)) - 3)
+          gpu_activities=n_gpu(base["traceEvents"]) - 3)
 
 
 def control_chars(base: dict, cases: dict) -> None:
@@ -152,7 +176,7 @@ def control_chars(base: dict, cases: dict) -> None:
     # Raw (unescaped) control bytes: invalid JSON that C++ writers have produced.
     data = data.replace(b"@@CTL1@@", b"\x01\x07").replace(b"@@CTL2@@", b"\x1b[2J\x08")
     write("control_chars_in_names.json.gz", gz(data), cases, control_chars=4,
-          names=[" " + " " + originals[0], originals[1] + " [2J "], kernels=len(kernels(base)))
+          names=[" " + " " + originals[0], originals[1] + " [2J "], gpu_activities=n_gpu(base["traceEvents"]))
 
 
 def invalid_utf8(base: dict, cases: dict) -> None:
@@ -164,7 +188,7 @@ def invalid_utf8(base: dict, cases: dict) -> None:
     data = kineto_bytes(doc)
     data = data.replace(b"@@U1@@", b"\xff\xfe").replace(b"@@U2@@", b"\xe2\x82")  # stray bytes, cut sequence
     write("invalid_utf8_in_names.json.gz", gz(data), cases,
-          names=["\ufffd\ufffd" + originals[0], originals[1] + "\ufffd"], kernels=len(kernels(base)))
+          names=["\ufffd\ufffd" + originals[0], originals[1] + "\ufffd"], gpu_activities=n_gpu(base["traceEvents"]))
 
 
 def unknown_categories(base: dict, cases: dict) -> None:
@@ -176,7 +200,7 @@ def unknown_categories(base: dict, cases: dict) -> None:
                       "tid": k["tid"], "ts": k["ts"], "dur": 1.0, "args": {"device": 0}})
     doc["traceEvents"].extend(extra)
     write("unknown_categories.json.gz", gz(kineto_bytes(doc)), cases, category="gpu_future_activity",
-          events=len(extra), kernels=len(kernels(base)))
+          events=len(extra), gpu_activities=n_gpu(base["traceEvents"]))
 
 
 def missing_fields(base: dict, cases: dict) -> None:
@@ -189,9 +213,11 @@ def missing_fields(base: dict, cases: dict) -> None:
     no_args = ks[5:9]
     for k in no_args:
         del k["args"]
+    kept_us = sum(k["dur"] for k in kernels(doc) if "ts" in k and "dur" in k)
     write("missing_ts_dur_args.json.gz", gz(kineto_bytes(doc)), cases, missing_ts=2, missing_dur=3,
+          kernel_us_left=round(kept_us, 3),
           missing_args=4, no_args_us=round(sum(k["dur"] for k in no_args), 3),
-          kernels=len(kernels(base)) - 5)
+          gpu_activities=n_gpu(base["traceEvents"]) - 5)
 
 
 def durations(base: dict, cases: dict) -> None:
@@ -204,7 +230,7 @@ def durations(base: dict, cases: dict) -> None:
     for k in neg:
         k["dur"] = -5.0
     write("zero_and_negative_durations.json.gz", gz(kineto_bytes(doc)), cases, zero=3, negative=2,
-          zero_names=[k["name"] for k in zero], kernels=len(kernels(base)) - 2)
+          zero_names=[k["name"] for k in zero], gpu_activities=n_gpu(base["traceEvents"]) - 2)
 
 
 def missing_launches(base: dict, cases: dict) -> None:
@@ -221,7 +247,7 @@ def missing_launches(base: dict, cases: dict) -> None:
         and not (ev.get("cat") == "ac2g" and ev.get("id") in corr)
     ]
     unlinked = sum(k["dur"] for k in chosen)
-    write("missing_launches.json.gz", gz(kineto_bytes(doc)), cases, kernels=len(ks), unlinked_kernels=len(chosen),
+    write("missing_launches.json.gz", gz(kineto_bytes(doc)), cases, gpu_activities=n_gpu(base["traceEvents"]), unlinked_kernels=len(chosen),
           unlinked_us=round(unlinked, 3), kernel_us=round(total, 3),
           unlinked_pct=round(100 * unlinked / total, 1))
 
@@ -229,14 +255,14 @@ def missing_launches(base: dict, cases: dict) -> None:
 def no_device_properties(base: dict, cases: dict) -> None:
     doc = copy.deepcopy(base)
     del doc["deviceProperties"]
-    write("no_device_properties.json.gz", gz(kineto_bytes(doc)), cases, kernels=len(kernels(base)))
+    write("no_device_properties.json.gz", gz(kineto_bytes(doc)), cases, gpu_activities=n_gpu(base["traceEvents"]))
 
 
 def unknown_device(base: dict, cases: dict) -> None:
     doc = copy.deepcopy(base)
     doc["deviceProperties"][0]["name"] = "Contoso Tensor Engine 7"
     write("unknown_device.json.gz", gz(kineto_bytes(doc)), cases, device="Contoso Tensor Engine 7",
-          kernels=len(kernels(base)))
+          gpu_activities=n_gpu(base["traceEvents"]))
 
 
 def _with_rank(base: dict, rank: int | None, world: int) -> bytes:
@@ -251,28 +277,40 @@ def _with_rank(base: dict, rank: int | None, world: int) -> bytes:
 
 
 def rank_folders(base: dict, cases: dict) -> None:
-    n = len(kernels(base))
-    write("one_bad_rank/rank0.json.gz", _with_rank(base, 0, 3), cases, rank=0, kernels=n)
-    write("one_bad_rank/rank1.json.gz", _with_rank(base, 1, 3), cases, rank=1, kernels=n)
+    n = n_gpu(base["traceEvents"])
+    write("one_bad_rank/rank0.json.gz", _with_rank(base, 0, 3), cases, rank=0, gpu_activities=n)
+    write("one_bad_rank/rank1.json.gz", _with_rank(base, 1, 3), cases, rank=1, gpu_activities=n)
     # Rank 2 died while its gzip header was being written: a header and then garbage.
     write("one_bad_rank/rank2.json.gz", b"\x1f\x8b\x08\x00" + b"\x00" * 4 + b"\xff" * 40, cases, rank=2)
-    write("duplicate_rank/node0_worker.json.gz", _with_rank(base, 0, 2), cases, rank=0, kernels=n)
-    write("duplicate_rank/node1_worker.json.gz", _with_rank(base, 0, 2), cases, rank=0, kernels=n)
-    write("no_distributed_info/worker_a.json.gz", _with_rank(base, None, 2), cases, kernels=n)
-    write("no_distributed_info/worker_b.json.gz", _with_rank(base, None, 2), cases, kernels=n)
+    write("duplicate_rank/node0_worker.json.gz", _with_rank(base, 0, 2), cases, rank=0, gpu_activities=n)
+    write("duplicate_rank/node1_worker.json.gz", _with_rank(base, 0, 2), cases, rank=0, gpu_activities=n)
+    write("no_distributed_info/worker_a.json.gz", _with_rank(base, None, 2), cases, gpu_activities=n)
+    write("no_distributed_info/worker_b.json.gz", _with_rank(base, None, 2), cases, gpu_activities=n)
 
 
 def html_in_names(base: dict, cases: dict) -> None:
     doc = copy.deepcopy(base)
-    top = unique_named_kernels(doc)[:3]
+    totals: dict[str, float] = {}
+    for k in kernels(doc):
+        totals[k["name"]] = totals.get(k["name"], 0.0) + k["dur"]
+    top = sorted(totals, key=lambda n: -totals[n])[:3]  # the three longest kernel groups: all in the table
     # HTML/JS, rich console markup, and terminal escapes (valid JSON: written as \\u001b, \\u0007).
     names = ['<script>alert("k")</script>', "[bold red]x[/] & </b>", "\x1b[2J\x07clear_screen"]
-    for k, name in zip(top, names):
-        k["name"] = name
-    op = next(ev for ev in doc["traceEvents"] if ev.get("cat") == "cpu_op")
-    op["name"] = "</script><img src=x onerror=alert(1)>"
+    rename = dict(zip(top, names))
+    for k in kernels(doc):
+        k["name"] = rename.get(k["name"], k["name"])
+    # The ops that launched the third group (same External id) get an HTML name too, every instance,
+    # so the name is the op of that kernel row.
+    third = next(k for k in kernels(doc) if k["name"] == names[2])
+    launcher = next(ev for ev in doc["traceEvents"]
+                    if ev.get("cat") == "cpu_op" and ev["args"].get("External id") == third["args"]["External id"])
+    old_op = launcher["name"]
+    for ev in doc["traceEvents"]:
+        if ev.get("cat") == "cpu_op" and ev["name"] == old_op:
+            ev["name"] = "</script><img src=x onerror=alert(1)>"
+    op = launcher
     write("html_in_names.json.gz", gz(kineto_bytes(doc)), cases, kernel_names=names, op_name=op["name"],
-          kernels=len(kernels(base)))
+          op_kernel=names[2], gpu_activities=n_gpu(base["traceEvents"]))
 
 
 def old_categories(base: dict, cases: dict) -> None:
@@ -282,7 +320,7 @@ def old_categories(base: dict, cases: dict) -> None:
     for ev in doc["traceEvents"]:
         if ev.get("cat") in old:
             ev["cat"] = old[ev["cat"]]
-    write("old_kineto_categories.json.gz", gz(kineto_bytes(doc)), cases, kernels=len(kernels(base)),
+    write("old_kineto_categories.json.gz", gz(kineto_bytes(doc)), cases, gpu_activities=n_gpu(base["traceEvents"]),
           kernel_us=round(sum(k["dur"] for k in kernels(base)), 3))
 
 
@@ -316,12 +354,14 @@ def main() -> int:
         shutil.rmtree(OUT)
     base = load_base()
     cases: dict = {}
-    for build in (truncated_mid_event, missing_closing_bracket, gzip_cut_short, non_finite_numbers, control_chars,
+    for build in (reference, truncated_mid_event, missing_closing_bracket, gzip_cut_short, damaged_mid_file, non_finite_numbers, control_chars,
                   invalid_utf8, unknown_categories, missing_fields, durations, missing_launches,
                   no_device_properties, unknown_device, rank_folders, html_in_names, old_categories, refusals):
         build(base, cases)
     cases["_base"] = {"source": str(SOURCE.relative_to(REPO.parent)), "events": len(base["traceEvents"]),
-                      "kernels": len(kernels(base)),
+                      "kernels": len(kernels(base)), "gpu_activities": n_gpu(base["traceEvents"]),
+                      "gpu_us": round(sum(ev["dur"] for ev in base["traceEvents"]
+                                          if ev.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), 3),
                       "kernel_us": round(sum(k["dur"] for k in kernels(base)), 3)}
     (OUT / "cases.json").write_text(json.dumps(cases, indent=1, ensure_ascii=False) + "\n")
     total = sum(p.stat().st_size for p in OUT.rglob("*") if p.is_file())
