@@ -19,7 +19,7 @@ from bwdiag.trace import RankTrace
 
 ACTIVITY_COLUMNS = [
     "name", "kind", "ts", "dur", "end", "stream", "blocks", "op", "op_name", "shapes", "module",
-    "category", "dtype", "tensor", "flops", "bytes", "graph", "link", "args",
+    "category", "dtype", "tensor", "flops", "bytes", "graph", "link", "args", "launch_ts", "launch_dur",
 ]
 
 
@@ -37,7 +37,9 @@ def gpu_activities(trace: RankTrace) -> pd.DataFrame:
     op_idx = gpu["op"].to_numpy()
     kinds = gpu["kind"].to_numpy()
     graph = gpu["graph"].to_numpy()
-    op_costs = _op_costs(ops, np.unique(op_idx[(op_idx >= 0) & (kinds == "kernel") & ~graph]))
+    costed = (op_idx >= 0) & (kinds == "kernel") & ~graph
+    first_kernel = dict(zip(op_idx[costed][::-1], gpu["name"].to_numpy()[costed][::-1]))
+    op_costs = _op_costs(ops, np.unique(op_idx[costed]), first_kernel)
 
     # Kernel time per op, to share the op's cost among its kernels.
     is_costed_kernel = (kinds == "kernel") & ~graph & (op_idx >= 0)
@@ -91,16 +93,41 @@ def gpu_activities(trace: RankTrace) -> pd.DataFrame:
             "stream": gpu["stream"], "blocks": gpu["blocks"], "op": op_idx, "op_name": op_name,
             "shapes": shapes, "module": module, "category": category, "dtype": dtype, "tensor": tensor,
             "flops": flops, "bytes": nbytes, "graph": graph, "link": gpu["link"], "args": gpu["args"],
+            "launch_ts": gpu["launch_ts"], "launch_dur": gpu["launch_dur"],
         }
     )
     return out
 
 
 def cpu_activities(trace: RankTrace) -> pd.DataFrame:
-    """Leaf CPU ops (ops that called no other op) of a CPU-only trace, with their cost estimates."""
+    """The CPU ops of a CPU-only trace that do the work, with their cost estimates.
+
+    Walking each thread's op tree from the top, an op is taken as one unit of work when the cost
+    model knows it (``aten::mul`` — not the scalar ``copy_`` it calls inside) or when it calls no
+    other op; wrappers with no cost formula (autograd nodes, ``aten::linear``'s callers …) are
+    opened up. gloo runs collectives on its own thread and records them as ``gloo:<collective>``
+    annotations: those spans are the communication (the issuing ``c10d::`` op only enqueues it).
+    """
     ops = trace.ops
-    leaf = ops[(ops["cat"] == "cpu_op") & (ops["children"] == 0) & (ops["dur"] > 0)]
-    costs = _op_costs(ops, leaf.index.to_numpy())
+    cpu = ops[(ops["cat"] == "cpu_op") & (ops["dur"] > 0)]
+    gloo = ops[(ops["cat"] == "user_annotation") & ops["name"].str.startswith("gloo:") & (ops["dur"] > 0)]
+    costs = _op_costs(ops, cpu.index.to_numpy())
+    children: dict[int, list[int]] = {}
+    for idx, parent in zip(cpu.index, cpu["parent"]):
+        children.setdefault(int(parent), []).append(idx)
+    work: list[int] = []
+    stack = list(reversed(children.get(-1, [])))
+    while stack:
+        idx = stack.pop()
+        kids = children.get(idx)
+        cost = costs[idx]
+        if not kids or cost.flops is not None or cost.bytes is not None:
+            work.append(idx)
+        else:
+            stack.extend(reversed(kids))
+    leaf = cpu.loc[sorted(work)]
+    if len(gloo):  # the enqueueing c10d ops would count the same collective twice
+        leaf = leaf[~leaf["name"].str.startswith("c10d::")]
     rows = []
     for idx, op in leaf.iterrows():
         cost = costs[idx]
@@ -108,21 +135,36 @@ def cpu_activities(trace: RankTrace) -> pd.DataFrame:
             (op["name"], "cpu_op", op["ts"], op["dur"], op["end"], op["tid"], None, idx, op["name"],
              _shapes_str(ops, idx), op["module"], cost.category.value, cost.dtype, cost.tensor,
              np.nan if cost.flops is None else cost.flops, np.nan if cost.bytes is None else cost.bytes,
-             False, "self", None)
+             False, "self", op["args"], np.nan, np.nan)
         )
-    return pd.DataFrame(rows, columns=ACTIVITY_COLUMNS)
+    for idx, op in gloo.iterrows():
+        rows.append(
+            (op["name"], "cpu_op", op["ts"], op["dur"], op["end"], op["tid"], None, idx, op["name"],
+             _shapes_str(ops, idx), op["module"], Category.COMMUNICATION.value, None, False, np.nan, np.nan,
+             False, "self", op["args"], np.nan, np.nan)
+        )
+    return pd.DataFrame(rows, columns=ACTIVITY_COLUMNS).sort_values("ts", kind="stable").reset_index(drop=True)
 
 
-def _op_costs(ops: pd.DataFrame, indices) -> dict[int, Cost]:
-    """Cost of each op, computed once per distinct (name, shapes, types, concrete inputs)."""
+def _op_costs(ops: pd.DataFrame, indices, kernel_names: dict | None = None) -> dict[int, Cost]:
+    """Cost of each op, computed once per distinct (name, shapes, types, concrete inputs).
+
+    TensorList args record no element type; the op's first kernel name carries it, so it is passed
+    (and becomes part of the cache key) for those ops only.
+    """
     cache: dict[str, Cost] = {}
     out: dict[int, Cost] = {}
     for idx in indices:
         row = ops.loc[idx]
-        key = json.dumps([row["name"], row["dims"], row["types"], row["concrete"]], default=str)
+        types = row["types"]
+        kernel = None
+        if kernel_names and isinstance(types, list) and "TensorList" in types:
+            kernel = kernel_names.get(idx)
+        key = json.dumps([row["name"], row["dims"], types, row["concrete"], kernel], default=str)
         cost = cache.get(key)
         if cost is None:
-            cost = cache[key] = estimate_op(row["name"], row["dims"], row["types"], row["concrete"], row["strides"])
+            cost = cache[key] = estimate_op(row["name"], row["dims"], types, row["concrete"], row["strides"],
+                                            kernel_name=kernel)
         out[idx] = cost
     return out
 

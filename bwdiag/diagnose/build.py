@@ -10,7 +10,10 @@ import numpy as np
 import pandas as pd
 
 from bwdiag.diagnose.activities import cpu_activities, gpu_activities
-from bwdiag.diagnose.communication import collective_rows
+from bwdiag.diagnose.communication import annotate_messages, collective_rows, fit_latency_bandwidth, with_regimes
+from bwdiag.diagnose.idle import idle_breakdown
+from bwdiag.diagnose.launch import launch_stats
+from bwdiag.diagnose.ranks import straggler
 from bwdiag.diagnose.kernels import group_activities, kernel_rows, place_groups
 from bwdiag.diagnose.model import (
     TIME_KEYS,
@@ -33,16 +36,23 @@ class RankAnalysis:
     activities: pd.DataFrame  # one row per kernel / memcpy / memset (or leaf CPU op), with group + bound
     groups: pd.DataFrame  # one row per kernel group, placed on the roofline
     time: object  # timeline.RankTime
+    idle: dict | None = None  # idle.idle_breakdown (GPU ranks)
+    launch: dict | None = None  # launch.launch_stats (GPU ranks)
 
 
 def analyze_rank(trace: RankTrace, spec: DeviceSpec) -> RankAnalysis:
     acts = gpu_activities(trace) if trace.is_gpu else cpu_activities(trace)
+    annotate_messages(acts, trace.ops)
     groups = place_groups(group_activities(acts), spec) if len(acts) else pd.DataFrame(
         columns=["bound", "total_us", "flops", "bytes"]
     )
     bounds = groups["bound"].reindex(acts["group"]).to_numpy(dtype=object) if len(acts) else np.array([], dtype=object)
     acts["bound"] = bounds
-    return RankAnalysis(trace, acts, groups, rank_time(acts, bounds))
+    analysis = RankAnalysis(trace, acts, groups, rank_time(acts, bounds))
+    if trace.is_gpu:
+        analysis.idle = idle_breakdown(trace, acts)
+        analysis.launch = launch_stats(acts, analysis.time.window_us, analysis.idle["host_wait_us"])
+    return analysis
 
 
 def diagnose(traces: Sequence[RankTrace], *, device_spec: Path | None = None,
@@ -67,6 +77,10 @@ def diagnose(traces: Sequence[RankTrace], *, device_spec: Path | None = None,
         ranks.append(RankSummary(a.trace.rank, rt.window_us, rt.busy_us, compute_us, rt.communication_us,
                                  rt.exposed_communication_us, rt.by_bound["idle"], len(a.activities)))
 
+    fits = fit_latency_bandwidth(collectives)
+    collectives = with_regimes(collectives, fits)
+    extras = _timeline_extras(analyses, fits)
+
     diagnosis = Diagnosis(
         source=Source(tuple(str(t.path) for t in traces), tuple(t.rank for t in traces), trace_kind,
                       _torch_version(traces)),
@@ -78,8 +92,45 @@ def diagnose(traces: Sequence[RankTrace], *, device_spec: Path | None = None,
         coverage=_coverage(analyses),
         warnings=tuple(warnings),
         ranks=tuple(ranks),
+        extras=extras,
     )
     return diagnosis, analyses
+
+
+def _timeline_extras(analyses: list[RankAnalysis], fits: dict[str, dict]) -> dict:
+    """Idle, launch, straggler and collective-fit facts for the findings and the report."""
+    extras: dict = {}
+    gpu = [a for a in analyses if a.idle is not None]
+    if gpu:
+        extras["idle"] = _mean_dict([a.idle for a in gpu])
+        extras["launch"] = _mean_dict([a.launch for a in gpu])
+        if len(gpu) > 1:
+            extras["idle_by_rank"] = {a.trace.rank: a.idle for a in gpu}
+            extras["launch_by_rank"] = {a.trace.rank: a.launch for a in gpu}
+    if fits:
+        extras["comm_fits"] = fits
+        extras["comm_fit"] = max(fits.values(), key=lambda f: f["n"])
+    comm = {a.trace.rank: a.activities.loc[a.activities["category"] == "communication", ["name", "ts", "dur"]]
+            for a in analyses}
+    who = straggler(comm)
+    if who is not None:
+        extras["straggler"] = who
+    return extras
+
+
+def _mean_dict(dicts: list[dict]) -> dict:
+    """Element-wise mean of same-shaped fact dicts (numbers averaged, lists and flags from the first)."""
+    if len(dicts) == 1:
+        return dicts[0]
+    out = {}
+    for key, first in dicts[0].items():
+        if isinstance(first, bool) or not isinstance(first, (int, float, dict)):
+            out[key] = first
+        elif isinstance(first, dict):
+            out[key] = _mean_dict([d[key] for d in dicts])
+        else:
+            out[key] = sum(d[key] for d in dicts if d.get(key) is not None) / len(dicts)
+    return out
 
 
 def _time(analyses: list[RankAnalysis]) -> TimeBreakdown:
@@ -108,7 +159,7 @@ def _coverage(analyses: list[RankAnalysis]) -> Coverage:
         estimated += dur[known].sum()
     if total <= 0:
         return Coverage(0.0, 0.0)
-    return Coverage(100.0 * linked / total, 100.0 * estimated / total)
+    return Coverage(float(100.0 * linked / total), float(100.0 * estimated / total))
 
 
 def _world_size(trace: RankTrace) -> int | None:
