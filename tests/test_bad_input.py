@@ -89,6 +89,14 @@ def test_gzip_stream_cut_short(tmp_path):
     assert activities(d) == facts["gpu_activities"]
 
 
+def test_gzip_corrupt_mid_stream_keeps_what_came_before(tmp_path):
+    facts = CASES["gzip_corrupt_mid_stream.json.gz"]
+    d, term = salvage("gzip_corrupt_mid_stream.json.gz", tmp_path)
+    warned(d, term, f"gzip data is corrupt after {facts['recovered_bytes']:,} bytes", "analysed what came before")
+    warned(d, term, "JSON is damaged at", "the damaged events were skipped")
+    assert 0 < activities(d) < BASE["gpu_activities"]
+
+
 def test_json_damaged_mid_file_keeps_the_events_after_the_damage(tmp_path):
     facts = CASES["damaged_mid_file.json.gz"]
     d, term = salvage("damaged_mid_file.json.gz", tmp_path)
@@ -303,3 +311,16 @@ def test_existing_outputs_are_not_overwritten(tmp_path):
     res = run(["analyze", str(BAD / "unknown_device.json.gz"), "-o", str(out)])
     refused(res, str(out), "already holds diagnosis.json", "pass --force")
     assert (out / "diagnosis.json").read_text() == "{}"
+
+
+def test_trace_larger_than_free_memory_is_refused_not_killed(tmp_path, monkeypatch):
+    """A gzip that expands past the free memory is stopped with a message, before the OOM killer acts."""
+    import collections
+
+    import psutil
+
+    Mem = collections.namedtuple("Mem", "available")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: Mem(100_000))  # 0.1 MB free
+    case = BAD / "reference_good.json.gz"  # 21 kB on disk, 297 kB of JSON inside
+    res = run(["analyze", str(case), "-o", str(tmp_path / "out")])
+    refused(res, str(case), "more than the 0.0 GB of free memory", "analyse it on a machine with more memory")

@@ -68,6 +68,9 @@ def read_trace_file(path: Path) -> RawTrace:
 
 def _read_bytes(path: Path, warnings: list[str]) -> bytes:
     try:
+        size = path.stat().st_size
+        if not path.is_dir():
+            _check_fits(path, size, "the file")
         raw = path.read_bytes()
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file") from None
@@ -77,34 +80,78 @@ def _read_bytes(path: Path, warnings: list[str]) -> bytes:
         raise TraceError(f"{path}: too large to read into memory on this machine") from None
     except OSError as err:
         raise TraceError(f"{path}: cannot be read ({err.strerror or err})") from None
+    if path.is_dir():
+        raise TraceError(f"{path}: is a folder, not a trace file")
     if not raw.startswith(_GZIP_MAGIC):
         return raw
     try:
-        return gzip.decompress(raw)
+        return _gunzip(path, raw, warnings)
     except MemoryError:
-        raise TraceError(f"{path}: decompressed trace is too large to hold in memory on this machine") from None
-    except (EOFError, OSError, zlib.error):
-        return _salvage_gzip(path, raw, warnings)
+        raise TraceError(f"{path}: the decompressed trace is too large to hold in memory on this machine") from None
 
 
-def _salvage_gzip(path: Path, raw: bytes, warnings: list[str]) -> bytes:
-    """A gzip stream cut short (or followed by garbage): keep everything that decompresses."""
-    out = zlib.decompressobj(16 + zlib.MAX_WBITS)
+_PIECE = 16 << 10  # compressed bytes fed at a time: what came before a corrupt block is kept
+
+
+def _check_fits(path: Path, nbytes: int, what: str) -> None:
+    """Refuse a trace whose text alone exceeds the free memory: parsing it would get the process killed."""
     try:
-        data = out.decompress(raw)
-    except zlib.error as err:
+        import psutil
+
+        free = psutil.virtual_memory().available
+    except (ImportError, OSError):
+        return
+    if nbytes > free:
         raise TraceError(
-            f"{path}: gzip data is corrupt ({err}); nothing could be recovered: copy the file again or re-export it"
-        ) from None
-    except MemoryError:
-        raise TraceError(f"{path}: decompressed trace is too large to hold in memory on this machine") from None
-    if not data:
-        raise TraceError(f"{path}: gzip stream is cut short before any data; copy the file again or re-export it")
-    if out.eof:
-        warnings.append(f"{path.name}: {len(out.unused_data):,} bytes of garbage after the gzip stream; ignored")
-    else:
-        warnings.append(f"{path.name}: gzip stream is cut short; analysed the {len(data):,} bytes recovered")
-    return data
+            f"{path}: {what} is {nbytes / 1e9:,.1f} GB, more than the {free / 1e9:,.1f} GB of free memory; "
+            "analyse it on a machine with more memory, or profile fewer steps"
+        )
+
+
+def _gunzip(path: Path, raw: bytes, warnings: list[str]) -> bytes:
+    """Decompress every gzip member; a stream cut short, corrupt or followed by garbage keeps what came before.
+
+    The input is fed a piece at a time, so a stream that expands past the free memory is refused with
+    a message instead of getting the process killed.
+    """
+    parts: list[bytes] = []
+    total = checked = 0
+    rest = raw
+    while rest:
+        out = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            for i in range(0, len(rest), _PIECE):
+                chunk = out.decompress(rest[i:i + _PIECE])
+                parts.append(chunk)
+                total += len(chunk)
+                if total - checked > 256 << 20:  # ask about memory only as the text grows
+                    _check_fits(path, total, "the decompressed trace (so far)")
+                    checked = total
+                if out.eof:
+                    break
+        except zlib.error as err:
+            if not total:
+                raise TraceError(
+                    f"{path}: gzip data is corrupt ({err}); nothing could be recovered: "
+                    "copy the file again or re-export it"
+                ) from None
+            warnings.append(f"{path.name}: gzip data is corrupt after {total:,} bytes ({err}); "
+                            "analysed what came before")
+            break
+        if not out.eof:
+            if not total:
+                raise TraceError(
+                    f"{path}: gzip stream is cut short before any data; copy the file again or re-export it"
+                )
+            warnings.append(f"{path.name}: gzip stream is cut short; analysed the {total:,} bytes recovered")
+            break
+        rest = out.unused_data
+        if rest and not rest.startswith(_GZIP_MAGIC):
+            if rest.strip(b"\x00"):
+                warnings.append(f"{path.name}: {len(rest):,} bytes of garbage after the gzip stream; ignored")
+            break
+    _check_fits(path, total, "the decompressed trace")  # parsing needs several times the text
+    return b"".join(parts)
 
 
 def _parse(path: Path, data: bytes, warnings: list[str]) -> Any:
@@ -156,6 +203,8 @@ def _salvage_note(s: Salvaged, fixes: list[str]) -> str:
         where = f"byte {s.damaged_at[0]:,}" if len(s.damaged_at) == 1 else \
             f"{len(s.damaged_at)} places, first at byte {s.damaged_at[0]:,}"
         parts.append(f"JSON is damaged at {where}: the damaged events were skipped")
+    if s.gave_up:
+        parts.append("too damaged to read on: the rest of the file was not read")
     if s.truncated:
         parts.append("JSON is truncated (the file ends mid-trace: the writer was interrupted or the disk filled)")
     note = "; ".join(parts) + f"; analysed the {s.events_kept:,} complete events recovered"

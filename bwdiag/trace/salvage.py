@@ -34,6 +34,7 @@ class Salvaged:
     damaged_at: list[int]  # byte offsets of the damaged places skipped
     truncated: bool  # the file ends inside the events (cut short)
     header_lost: bool = False  # the metadata before the events (deviceProperties …) was damaged and dropped
+    gave_up: bool = False  # more than MAX_REPAIRS damaged places: the rest of the file was not read
 
 
 def error_offset(data: bytes, err: orjson.JSONDecodeError) -> int:
@@ -98,9 +99,12 @@ def salvage_document(data: bytes) -> Salvaged | None:
         resume = nxt.end() - 1  # at the `{` of the next event
         consumed += resume - (start + 1)
         doc_bytes = doc_bytes[: start + 1] + doc_bytes[resume:]
-    # Too many damaged places: keep what was read and the header.
-    return _finish(_header(doc_bytes, start, bare), kept, damaged_at, truncated=True, bare=bare,
-                   header_lost=header_lost)
+    # Too many damaged places: keep what was read and the header, and say the rest was not read.
+    out = _finish(_header(doc_bytes, start, bare), kept, damaged_at, truncated=False, bare=bare,
+                  header_lost=header_lost)
+    if out is not None:
+        out.gave_up = True
+    return out
 
 
 def _finish(doc: Any, kept: list[Any], damaged_at: list[int], *, truncated: bool, bare: bool,

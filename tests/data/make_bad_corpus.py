@@ -139,6 +139,23 @@ def gzip_cut_short(base: dict, cases: dict) -> None:
           gpu_activities=n_gpu(events))
 
 
+def gzip_corrupt_mid_stream(base: dict, cases: dict) -> None:
+    import zlib
+
+    packed = bytearray(gzip.compress(kineto_bytes(base), compresslevel=1, mtime=0))
+    at = len(packed) * 3 // 4
+    packed[at:at + 40] = b"\xff" * 40  # a damaged disk block three quarters in
+    # What a reader fed 16 KiB at a time gets before zlib notices (the piece holding the damage is lost).
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    good = b""
+    for i in range(0, len(packed), 16 << 10):
+        try:
+            good += d.decompress(bytes(packed[i:i + (16 << 10)]))
+        except zlib.error:
+            break
+    write("gzip_corrupt_mid_stream.json.gz", bytes(packed), cases, recovered_bytes=len(good))
+
+
 def damaged_mid_file(base: dict, cases: dict) -> None:
     doc = copy.deepcopy(base)
     a, b = late_kernels(doc, 20)[:2]
@@ -354,7 +371,7 @@ def main() -> int:
         shutil.rmtree(OUT)
     base = load_base()
     cases: dict = {}
-    for build in (reference, truncated_mid_event, missing_closing_bracket, gzip_cut_short, damaged_mid_file, non_finite_numbers, control_chars,
+    for build in (reference, truncated_mid_event, missing_closing_bracket, gzip_cut_short, gzip_corrupt_mid_stream, damaged_mid_file, non_finite_numbers, control_chars,
                   invalid_utf8, unknown_categories, missing_fields, durations, missing_launches,
                   no_device_properties, unknown_device, rank_folders, html_in_names, old_categories, refusals):
         build(base, cases)
