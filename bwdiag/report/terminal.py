@@ -141,7 +141,7 @@ def print_summary(
     for label, path in (outputs or {}).items():
         line = Text(f"{label}: ", style="bold")
         line.append(str(path))
-        console.print(line)
+        console.print(line, soft_wrap=True)  # a path cut over two lines cannot be copied
 
 
 def _bar(bars: list[dict]) -> Text:
