@@ -113,3 +113,17 @@ def test_mutated_trace_gives_diagnosis_or_bwdiag_error(scratch, data):
         return
     assert isinstance(diagnosis, Diagnosis)
     orjson.loads(render_json(diagnosis))  # strict JSON: NaN/inf would not parse
+
+
+def test_cpu_ops_with_missing_or_text_thread_ids(scratch):
+    """Found by this fuzz: a CPU-only trace whose tids mix None and text broke the findings' stream sort."""
+    doc = json.loads(TEXT)
+    gpu_side = ("kernel", "gpu_memcpy", "ac2g", "cuda_runtime", "cuda_driver")
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in gpu_side]
+    ops = [e for e in doc["traceEvents"] if e.get("cat") == "cpu_op"]
+    ops[5]["tid"], ops[7]["tid"] = "x", None
+    path = scratch / "cpu_odd_tids.json"
+    path.write_text(json.dumps(doc))
+    diagnosis = pipeline.analyze([path])
+    assert diagnosis.source.trace_kind == "cpu"
+    assert sum(k.count for k in diagnosis.kernels) > 0
