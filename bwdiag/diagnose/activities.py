@@ -48,6 +48,7 @@ def gpu_activities(trace: RankTrace) -> pd.DataFrame:
     is_costed_kernel = (kinds == "kernel") & ~graph & (op_idx >= 0)
     durs = gpu["dur"].to_numpy()
     op_time = pd.Series(durs[is_costed_kernel]).groupby(op_idx[is_costed_kernel]).sum()
+    op_kernels = pd.Series(durs[is_costed_kernel]).groupby(op_idx[is_costed_kernel]).size()
 
     # Kernels that inherit their op's cost (one vectorised pass per distinct op).
     rows = np.flatnonzero(is_costed_kernel & (category != Category.COMMUNICATION.value))
@@ -58,7 +59,9 @@ def gpu_activities(trace: RankTrace) -> pd.DataFrame:
     if len(rows):
         costs = [op_costs[o] for o in ops_here]
         total = op_time.reindex(ops_here).fillna(0.0).to_numpy()
-        share = np.zeros(len(rows))
+        # Instant (zero-duration) kernels are legitimate: when all of an op's kernels are instant,
+        # they share its cost equally rather than dropping it.
+        share = 1.0 / op_kernels.reindex(ops_here).fillna(1).to_numpy(dtype=float)
         np.divide(durs[rows], total, out=share, where=total > 0)
         own = np.array([c.category is not Category.OTHER for c in costs], dtype=bool)
         category[rows[own]] = [c.category.value for c, o in zip(costs, own) if o]

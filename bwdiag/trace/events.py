@@ -64,6 +64,18 @@ class EventTables:
     t0_us: float
     skipped: dict[str, int] = field(default_factory=dict)  # malformed events by reason
     unknown_categories: dict[str, int] = field(default_factory=dict)
+    repaired: dict[str, int] = field(default_factory=dict)  # kept events with a field missing, by field
+
+
+# Bounds beyond which a time is garbage, not a measurement: a year-long event, a timestamp past 5000 AD.
+_MAX_US = 3.2e13
+_MAX_TS_US = 1e17
+_KEY_TYPES = (int, str, float, type(None))
+
+
+def _key(value):
+    """A pid/tid usable as a dict key: odd values (lists, dicts) become their text."""
+    return value if value.__class__ in _KEY_TYPES else repr(value)
 
 
 def _num(value) -> float | None:
@@ -159,6 +171,7 @@ class Tabulator:
         self.flows: dict[int, tuple[int, int, float]] = {}
         self.skipped: dict[str, int] = {}
         self.unknown: dict[str, int] = {}
+        self.no_args = 0  # GPU activities and runtime calls recorded without args
         self.t0 = math.inf
         self._strings: dict = {}  # one object per distinct name / pid / tid value
         self._sigs: dict[bytes, int] = {}  # op argument signature → id
@@ -238,6 +251,9 @@ class Tabulator:
             if dur < 0:
                 self._skip("negative dur")
                 continue
+            if dur > _MAX_US or abs(ts) > _MAX_TS_US:
+                self._skip("implausible ts or dur")
+                continue
             if ts < t0:
                 t0 = ts
             name = ev.get("name")
@@ -247,8 +263,12 @@ class Tabulator:
             pid, tid = ev.get("pid"), ev.get("tid")
             if type(pid) is int or type(pid) is str:
                 pid = intern(pid, pid)
+            elif pid.__class__ not in _KEY_TYPES:  # lists/dicts: unhashable
+                pid = _key(pid)
             if type(tid) is int or type(tid) is str:
                 tid = intern(tid, tid)
+            elif tid.__class__ not in _KEY_TYPES:
+                tid = _key(tid)
             if kind == "cuda_runtime":
                 rt_name(name)
                 rt_ts(ts)
@@ -336,6 +356,7 @@ class Tabulator:
                 mine[k] = mine.get(k, 0) + v
         self.t0 = min(self.t0, part.t0)
         self.events += part.events
+        self.no_args += part.no_args
 
     def finish(self) -> EventTables:
         """The tables, with times relative to the earliest timed event."""
@@ -345,7 +366,8 @@ class Tabulator:
         ops["sig"] = ops["sig"].astype("int64")
         ops = ops[[c for c in ops.columns if c != "sig"] + ["sig"]]
         flows = {k: (p, t, ts - t0) for k, (p, t, ts) in self.flows.items()}
-        return EventTables(gpu, ops, runtime, annotations, modules, flows, t0, self.skipped, self.unknown)
+        repaired = {"args": self.no_args} if self.no_args else {}
+        return EventTables(gpu, ops, runtime, annotations, modules, flows, t0, self.skipped, self.unknown, repaired)
 
 
 _HASHABLE = (int, str)
