@@ -235,10 +235,11 @@ class Tabulator:
             args = ev.get("args")
             if type(args) is not dict:
                 args = {}
+                self.no_args += kind in GPU_KINDS or kind == "cuda_runtime"
             if kind == "ac2g":
                 fid = _int(ev.get("id"))
                 if fid is not None:
-                    flows[fid] = (ev.get("pid"), ev.get("tid"), ts)
+                    flows[fid] = (_key(ev.get("pid")), _key(ev.get("tid")), ts)
                 continue
             dur = ev.get("dur")
             if type(dur) is int:

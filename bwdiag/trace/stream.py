@@ -51,7 +51,23 @@ def tabulate_chunk(data: bytes):
 
 
 def _blocks(path: Path, progress: Callable[[int, int], None] | None) -> Iterator[bytes]:
-    """The file's (gunzipped) bytes, block by block; ``progress(done, total)`` in file bytes."""
+    """The file's (gunzipped) bytes, block by block; ``progress(done, total)`` in file bytes.
+
+    Like the whole-file reader, refuses (TraceError) a trace whose text exceeds the free memory,
+    checked on the first block and every 256 MB after: the tables need about as much again.
+    """
+    from bwdiag.trace.read import _check_fits
+
+    text = checked = 0
+    for block in _raw_blocks(path, progress):
+        text += len(block)
+        if not checked or text - checked > 256 << 20:
+            _check_fits(path, text, "the decompressed trace (so far)" if checked else "the trace text")
+            checked = text
+        yield block
+
+
+def _raw_blocks(path: Path, progress: Callable[[int, int], None] | None) -> Iterator[bytes]:
     try:
         fh = open(path, "rb")
     except OSError as err:
