@@ -13,9 +13,9 @@ __all__ = ["CaptureOptions", "Profile", "StepMarker", "profile"]
 
 def __getattr__(name: str) -> Any:
     if name in ("Profile", "profile"):
-        from bwdiag.capture import profile as _profile
+        from bwdiag.capture import context as _context
 
-        return getattr(_profile, name)
+        return getattr(_context, name)
     if name in ("CaptureOptions", "StepMarker"):
         from bwdiag.capture import options
 
