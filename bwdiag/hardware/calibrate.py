@@ -1,0 +1,374 @@
+"""``bwdiag calibrate``: measure this machine's ceilings and cache them.
+
+Memory bandwidth: STREAM-style copy (``a = b``) and triad (``a = b + s*c``) on arrays far larger
+than the last-level cache, best of several repetitions, bytes counted the STREAM way (copy moves
+2 arrays, triad 3; no write-allocate traffic). Compute: square GEMMs (2·n³ FLOP) per dtype, best of
+several repetitions after a warm-up. On CUDA the timing uses CUDA events around the work, with the
+device synchronised before and after.
+
+Results are cached as JSON under ``$XDG_CACHE_HOME/bwdiag/`` (default ``~/.cache/bwdiag``), keyed by
+the device's identity (CPU model and logical core count; GPU name and memory size), and read back
+by :func:`load_calibration` (spec_source "calibrated").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bwdiag.diagnose.model import SpecSource
+from bwdiag.errors import BwdiagError
+from bwdiag.hardware.spec import GIB, DeviceSpec, spec_from_entry
+
+CACHE_SCHEMA = "bwdiag/calibration@1"
+
+#: STREAM arrays (float32 elements). The STREAM rule is >= 4x the last-level cache; 64 MiB per
+#: array clears the LLC of most desktop/server parts (quick mode: 16 MiB, still 2x this host's 8 MiB
+#: L3 and ~3x once both arrays of a copy count).
+CPU_STREAM_ELEMENTS = {False: 16 * 2**20, True: 4 * 2**20}
+CPU_GEMM_N = {False: 1024, True: 512}
+REPS = {False: 6, True: 3}
+
+#: CPU bf16 counts as its own ceiling only if its GEMM runs at least at this fraction of fp32;
+#: slower means no native bf16 path (bf16 is emulated), and bf16 ops are held to the fp32 ceiling.
+CPU_BF16_MIN_FRACTION = 0.5
+CPU_BF16_PROBE_N = 256
+
+#: CUDA: arrays of up to 1 GiB each (never more than 1/16 of device memory); GEMM sizes big enough
+#: to reach the tensor-core roof.
+CUDA_STREAM_MAX_BYTES = {False: GIB, True: GIB // 4}
+CUDA_GEMM_N = {False: 8192, True: 4096}
+
+
+class CalibrationError(BwdiagError):
+    """A calibration that cannot run (no such device) or a cache file that cannot be used."""
+
+
+@dataclass(frozen=True)
+class DeviceIdentity:
+    """What a calibration belongs to."""
+
+    kind: str  # "cpu" | "cuda"
+    key: str  # e.g. "AMD EPYC x2" or "NVIDIA H100 80GB HBM3 79.2GiB"
+    name: str
+    vendor: str
+    cores: int | None = None
+
+    @property
+    def slug(self) -> str:
+        return re.sub(r"[^a-z0-9]+", "-", f"{self.kind}-{self.key}".lower()).strip("-")
+
+
+def cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/bwdiag`` (``~/.cache/bwdiag`` when unset)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "bwdiag"
+
+
+def cache_path(identity: DeviceIdentity) -> Path:
+    """Where the calibration of ``identity`` is cached."""
+    return cache_dir() / f"calibration-{identity.slug}.json"
+
+
+def device_identity(device: str = "auto") -> DeviceIdentity:
+    """The identity of ``device`` ("auto", "cpu", "cuda" or "cuda:N") on this machine."""
+    kind, index = _pick(device)
+    if kind == "cpu":
+        model, vendor = _cpu_model()
+        cores = os.cpu_count() or 1
+        return DeviceIdentity("cpu", f"{model} x{cores}", f"{model} ({cores} cores)", vendor, cores)
+    import torch
+
+    props = torch.cuda.get_device_properties(index)
+    key = f"{props.name} {props.total_memory / GIB:.1f}GiB"
+    return DeviceIdentity("cuda", key, props.name, "nvidia" if torch.version.hip is None else "amd",
+                          props.multi_processor_count)
+
+
+def calibrate(device: str = "auto", *, quick: bool = False) -> DeviceSpec:
+    """Measure the ceilings of ``device`` ("auto" = CUDA when available, else CPU), cache them and
+    return them as a ``DeviceSpec`` with spec_source "calibrated". ``quick=True`` takes ~2 s on a
+    small CPU (smaller arrays and GEMMs, fewer repetitions)."""
+    import torch
+
+    kind, index = _pick(device)
+    identity = device_identity(device)
+    started = time.perf_counter()
+    if kind == "cpu":
+        measured = _measure_cpu(quick)
+    else:
+        measured = _measure_cuda(index, quick)
+    measured["seconds"] = round(time.perf_counter() - started, 3)
+    entry = _entry(identity, measured, quick, torch.__version__)
+    record = {
+        "schema": CACHE_SCHEMA,
+        "device_key": identity.key,
+        "kind": identity.kind,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "torch_version": torch.__version__,
+        "quick": quick,
+        "measurements": measured,
+        "entry": entry,
+    }
+    path = cache_path(identity)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(record, indent=2) + "\n", "utf-8")
+        tmp.replace(path)
+    except OSError as err:
+        raise CalibrationError(f"{path}: cannot write the calibration cache: {err.strerror}") from err
+    return _spec(entry, identity)
+
+
+def load_calibration(device: str = "cpu") -> DeviceSpec | None:
+    """The cached calibration of ``device`` on this machine, or ``None`` when there is none.
+
+    A cache file that exists but cannot be used raises ``CalibrationError`` naming the file.
+    """
+    identity = device_identity(device)
+    path = cache_path(identity)
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text("utf-8"))
+        if record.get("schema") != CACHE_SCHEMA or record.get("device_key") != identity.key:
+            raise ValueError("written for another device or schema")
+        return _spec(record["entry"], identity)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise CalibrationError(
+            f"{path}: unusable calibration cache ({err}); delete it or run `bwdiag calibrate` again"
+        ) from err
+
+
+# -- measurement -----------------------------------------------------------------------------
+
+
+def _measure_cpu(quick: bool) -> dict[str, Any]:
+    import torch
+
+    reps = REPS[quick]
+    n = CPU_STREAM_ELEMENTS[quick]
+    a = torch.empty(n, dtype=torch.float32)
+    b = torch.rand(n, dtype=torch.float32)
+    c = torch.rand(n, dtype=torch.float32)
+    a.copy_(b)  # touch every page before timing
+    copy_s = _best_cpu(lambda: a.copy_(b), reps)
+    triad_s = _best_cpu(lambda: torch.add(b, c, alpha=3.0, out=a), reps)
+    del a, b, c
+    item = 4
+    result: dict[str, Any] = {
+        "threads": torch.get_num_threads(),
+        "stream_elements": n,
+        "copy_bytes_per_s": 2 * n * item / copy_s,
+        "triad_bytes_per_s": 3 * n * item / triad_s,
+    }
+    size = CPU_GEMM_N[quick]
+    gemm = {}
+    for name, dtype in (("fp32", torch.float32), ("fp64", torch.float64)):
+        gemm[name] = _cpu_gemm(size, dtype, reps)
+    probe = _cpu_gemm(CPU_BF16_PROBE_N, torch.bfloat16, 2)
+    fp32_probe = _cpu_gemm(CPU_BF16_PROBE_N, torch.float32, 2)
+    result["bf16_probe_flops_per_s"] = probe
+    if probe >= CPU_BF16_MIN_FRACTION * fp32_probe:
+        gemm["bf16"] = _cpu_gemm(size, torch.bfloat16, reps)
+    result["gemm_n"] = size
+    result["gemm_flops_per_s"] = gemm
+    return result
+
+
+def _cpu_gemm(n: int, dtype: Any, reps: int) -> float:
+    import torch
+
+    x = torch.rand(n, n).to(dtype)
+    y = torch.rand(n, n).to(dtype)
+    out = torch.empty(n, n, dtype=dtype)
+    torch.mm(x, y, out=out)  # warm-up: thread pool, packing buffers
+    return 2.0 * n**3 / _best_cpu(lambda: torch.mm(x, y, out=out), reps)
+
+
+def _best_cpu(fn: Any, reps: int) -> float:
+    best = float("inf")
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _measure_cuda(index: int, quick: bool) -> dict[str, Any]:
+    import torch
+
+    dev = torch.device("cuda", index)
+    torch.cuda.set_device(dev)
+    reps = REPS[quick]
+    total = torch.cuda.get_device_properties(index).total_memory
+    nbytes = min(CUDA_STREAM_MAX_BYTES[quick], total // 16)
+    n = nbytes // 4
+    a = torch.empty(n, dtype=torch.float32, device=dev)
+    b = torch.rand(n, dtype=torch.float32, device=dev)
+    c = torch.rand(n, dtype=torch.float32, device=dev)
+    a.copy_(b)
+    copy_s = _best_cuda(lambda: a.copy_(b), reps)
+    triad_s = _best_cuda(lambda: torch.add(b, c, alpha=3.0, out=a), reps)
+    del a, b, c
+    torch.cuda.empty_cache()
+    result: dict[str, Any] = {
+        "stream_elements": n,
+        "copy_bytes_per_s": 2 * n * 4 / copy_s,
+        "triad_bytes_per_s": 3 * n * 4 / triad_s,
+    }
+    size = CUDA_GEMM_N[quick]
+    gemm: dict[str, float] = {}
+    saved = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for name, dtype, tf32 in (
+            ("fp32", torch.float32, False),
+            ("tf32", torch.float32, True),
+            ("bf16", torch.bfloat16, False),
+            ("fp16", torch.float16, False),
+        ):
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            x = torch.rand(size, size, device=dev).to(dtype)
+            y = torch.rand(size, size, device=dev).to(dtype)
+            out = torch.empty(size, size, device=dev, dtype=dtype)
+            torch.mm(x, y, out=out)  # warm-up: cuBLAS handle, heuristics, clocks
+            gemm[name] = 2.0 * size**3 / _best_cuda(lambda: torch.mm(x, y, out=out), reps)
+            del x, y, out
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+    result["gemm_n"] = size
+    result["gemm_flops_per_s"] = gemm
+    return result
+
+
+def _best_cuda(fn: Any, reps: int) -> float:
+    import torch
+
+    best = float("inf")
+    for _ in range(reps):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end) / 1e3)  # ms -> s
+    return best
+
+
+# -- results ---------------------------------------------------------------------------------
+
+
+def _entry(identity: DeviceIdentity, measured: dict[str, Any], quick: bool, torch_version: str
+           ) -> dict[str, Any]:
+    """A devices.json-style entry of the measured ceilings (what the cache stores)."""
+    gemm = measured["gemm_flops_per_s"]
+    bandwidth = max(measured["copy_bytes_per_s"], measured["triad_bytes_per_s"])
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    how = (
+        f"bwdiag calibrate{' --quick' if quick else ''} on {when} with torch {torch_version}: "
+        f"STREAM copy {measured['copy_bytes_per_s'] / 1e9:.1f} GB/s, triad "
+        f"{measured['triad_bytes_per_s'] / 1e9:.1f} GB/s ({measured['stream_elements']} float32 "
+        f"per array); GEMM n={measured['gemm_n']}"
+    )
+    if identity.kind == "cpu":
+        notes = [
+            "Measured ceilings: GEMM FLOP/s is what torch reaches on this host "
+            f"({measured['threads']} threads), not a datasheet peak.",
+        ]
+        if "bf16" not in gemm:
+            notes.append(
+                f"bf16 GEMM ran at {measured['bf16_probe_flops_per_s'] / 1e9:.2f} GFLOP/s (no "
+                "native bf16 path); bf16 ops are held to the fp32 ceiling."
+            )
+        return {
+            "name": f"{identity.name}, calibrated",
+            "kind": "cpu",
+            "vendor": identity.vendor,
+            "sm_count": identity.cores,
+            "memory_gb": None,
+            "tensor_flops": {},
+            "vector_flops": dict(gemm),
+            "memory_bandwidth": bandwidth,
+            "interconnect_bandwidth": None,
+            "notes": notes,
+            "sources": [how],
+        }
+    from bwdiag.hardware.match import resolve_device
+
+    table, _ = resolve_device({"name": identity.name})
+    tensor = dict(table.tensor_flops)
+    vector = dict(table.vector_flops)
+    vector["fp32"] = gemm["fp32"]
+    for dtype in ("tf32", "bf16", "fp16"):
+        tensor[dtype] = gemm[dtype]
+    return {
+        "name": f"{identity.name}, calibrated",
+        "kind": "gpu",
+        "vendor": identity.vendor,
+        "sm_count": identity.cores,
+        "memory_gb": table.memory_bytes / GIB if table.memory_bytes else None,
+        "compute_capability": list(table.compute_capability) if table.compute_capability else None,
+        "tensor_flops": tensor,
+        "vector_flops": vector,
+        "memory_bandwidth": bandwidth,
+        "interconnect_bandwidth": table.interconnect_bandwidth,
+        "interconnect": table.interconnect,
+        "notes": [
+            "Measured: memory bandwidth, fp32 (vector) and tf32/bf16/fp16 (tensor) GEMM FLOP/s; "
+            f"the other ceilings come from {table.name} (spec_source "
+            f"{table.spec_source.value!r}).",
+        ],
+        "sources": [how, *table.sources],
+    }
+
+
+def _spec(entry: dict[str, Any], identity: DeviceIdentity) -> DeviceSpec:
+    spec = spec_from_entry(entry, SpecSource.CALIBRATED)
+    return replace(spec, matched_from=identity.name)
+
+
+def _pick(device: str) -> tuple[str, int]:
+    wanted = (device or "auto").strip().lower()
+    if wanted == "cpu":
+        return "cpu", 0
+    if wanted == "auto" or wanted.startswith("cuda"):
+        import torch
+
+        available = torch.cuda.is_available()
+        if wanted == "auto":
+            return ("cuda", torch.cuda.current_device()) if available else ("cpu", 0)
+        if not available:
+            raise CalibrationError("--device cuda: no CUDA/ROCm GPU is visible to torch here")
+        index = int(wanted.split(":", 1)[1]) if ":" in wanted else torch.cuda.current_device()
+        if not 0 <= index < torch.cuda.device_count():
+            raise CalibrationError(
+                f"--device {device}: no such GPU (torch sees {torch.cuda.device_count()})"
+            )
+        return "cuda", index
+    raise CalibrationError(f"unknown device {device!r}; choose auto, cpu, cuda or cuda:N")
+
+
+def _cpu_model() -> tuple[str, str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text("utf-8", errors="replace")
+    except OSError:
+        text = ""  # not Linux: platform.processor() below names the CPU
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    model = fields.get("model name", "")
+    vendor = fields.get("vendor_id", "")
+    model = model or platform.processor() or platform.machine() or "unknown CPU"
+    vendor = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}.get(vendor, vendor.lower() or "unknown")
+    return model, vendor

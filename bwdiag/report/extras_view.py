@@ -1,0 +1,147 @@
+"""Turn free-form ``diagnosis.extras`` values into small display trees the page can render.
+
+Other stages add keys to ``extras`` as they grow (``idle_breakdown`` from the timeline work, …), and
+the report must show whatever is there without knowing it in advance. A display tree is plain data:
+
+* ``{"kind": "kv", "rows": [{"label", "value", "share", "child"}]}`` — a mapping, one row per key;
+  ``share`` is the row's percentage of the mapping's time total when its values are times;
+* ``{"kind": "table", "columns": [...], "rows": [[str, ...]], "more": int}`` — a list of mappings;
+* ``{"kind": "text", "value": str}`` — anything else.
+
+Values are formatted from their key's suffix: ``*_us`` are µs, ``*_pct`` percentages, ``*bytes``
+byte counts, ``*_per_s`` rates; inside a mapping whose own key says time (``idle_breakdown``) bare
+numbers are µs as well.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+from bwdiag.report.units import fmt_bandwidth, fmt_bytes, fmt_count, fmt_pct, fmt_si, fmt_time
+
+#: Extras whose bare numeric values are durations in µs.
+TIME_VALUED_KEYS = frozenset({"idle_breakdown", "idle_breakdown_us", "idle", "idle_us"})
+
+#: Most rows a list is shown with; the rest are counted, not dropped silently.
+MAX_LIST_ROWS = 50
+_MAX_DEPTH = 4
+
+
+def humanize(key: str) -> str:
+    """``"host_wait_us"`` -> ``"Host wait"``: a label from an identifier."""
+    words = str(key).replace("-", "_").split("_")
+    if len(words) > 1 and words[-1] in {"us", "pct", "s", "per"}:
+        words = words[:-1]
+    text = " ".join(w for w in words if w)
+    return text[:1].upper() + text[1:] if text else str(key)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def format_value(key: str, value: Any, *, time_valued: bool = False) -> str:
+    """One scalar as text, its unit chosen from the key's suffix."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if not _is_number(value):
+        return str(value)
+    if not math.isfinite(value):
+        return "—"
+    k = str(key).lower()
+    if k.endswith("_us") or k == "us":
+        return fmt_time(value)
+    if k.endswith("pct") or k.endswith("percent"):
+        return fmt_pct(value)
+    if k.endswith("bytes_per_s") or k.endswith("bw"):
+        return fmt_bandwidth(value)
+    if k.endswith("flops_per_s"):
+        return fmt_si(value, "FLOP/s")
+    if k.endswith("bytes"):
+        return fmt_bytes(value)
+    if k.endswith("count") or k.startswith("n_") or k.startswith("num_"):
+        return fmt_count(value)
+    if time_valued:
+        return fmt_time(value)
+    if isinstance(value, numbers.Integral) or float(value).is_integer():
+        return fmt_count(value)
+    return f"{value:.4g}"
+
+
+def _is_time_key(key: str, time_valued: bool) -> bool:
+    k = str(key).lower()
+    if k.endswith("_us"):
+        return True
+    return time_valued and not (
+        k.endswith("pct") or k.endswith("count") or k.endswith("bytes")
+        or k.startswith("n_") or k.startswith("num_")
+    )
+
+
+def display_tree(key: str, value: Any, *, time_valued: bool | None = None, depth: int = 0) -> dict:
+    """The display tree for ``extras[key] = value`` (see the module docstring)."""
+    if time_valued is None:
+        time_valued = str(key).lower() in TIME_VALUED_KEYS
+    if depth >= _MAX_DEPTH:
+        return {"kind": "text", "value": _short(value)}
+    if isinstance(value, dict):
+        return _mapping_tree(value, time_valued=time_valued, depth=depth)
+    if isinstance(value, (list, tuple)):
+        return _list_tree(key, list(value), time_valued=time_valued, depth=depth)
+    return {"kind": "text", "value": format_value(key, value, time_valued=time_valued)}
+
+
+def _mapping_tree(value: dict, *, time_valued: bool, depth: int) -> dict:
+    times = {
+        k: v
+        for k, v in value.items()
+        if _is_number(v) and math.isfinite(v) and v >= 0 and _is_time_key(k, time_valued)
+    }
+    total = sum(times.values())
+    rows = []
+    for k, v in value.items():
+        child = None
+        if isinstance(v, (dict, list, tuple)):
+            child = display_tree(k, v, time_valued=time_valued, depth=depth + 1)
+            text = ""
+        else:
+            text = format_value(k, v, time_valued=time_valued)
+        share = 100.0 * times[k] / total if k in times and total > 0 and len(times) > 1 else None
+        rows.append({"label": humanize(k), "value": text, "share": share, "child": child})
+    return {"kind": "kv", "rows": rows}
+
+
+def _list_tree(key: str, items: list, *, time_valued: bool, depth: int) -> dict:
+    if items and all(isinstance(item, dict) for item in items):
+        columns: list[str] = []
+        for item in items:
+            for k in item:
+                if k not in columns:
+                    columns.append(k)
+        rows = [
+            [
+                _short(item.get(c)) if isinstance(item.get(c), (dict, list, tuple))
+                else format_value(c, item.get(c), time_valued=time_valued)
+                for c in columns
+            ]
+            for item in items[:MAX_LIST_ROWS]
+        ]
+        return {
+            "kind": "table",
+            "columns": [humanize(c) for c in columns],
+            "rows": rows,
+            "more": max(0, len(items) - MAX_LIST_ROWS),
+        }
+    shown = ", ".join(format_value(key, v, time_valued=time_valued) for v in items[:MAX_LIST_ROWS])
+    if len(items) > MAX_LIST_ROWS:
+        shown += f", … ({len(items) - MAX_LIST_ROWS} more)"
+    return {"kind": "text", "value": shown}
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

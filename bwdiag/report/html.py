@@ -1,0 +1,88 @@
+"""``report.html``: one self-contained page rendered from the jinja2 templates in ``templates/``.
+
+One jinja Environment with autoescaping on; the report data is embedded once, only through
+``|tojson``, in ``<script type="application/json" id="data">``; the page's CSS and JavaScript are
+inlined from ``templates/report.css`` and ``templates/report.js``. Nothing is fetched when the page
+is viewed (a Content-Security-Policy says so to the browser as well).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+from pathlib import Path
+
+import jinja2
+from markupsafe import Markup
+
+from bwdiag import __version__
+from bwdiag.diagnose.model import Diagnosis
+from bwdiag.report import units
+from bwdiag.report.context import build_context
+
+_PAGE = "report.html.j2"
+_ASSETS = ("report.css", "report.js")
+
+
+def templates_dir():
+    """The folder holding the templates: package data ``bwdiag/templates`` when installed,
+    else ``templates/`` at the top of a source checkout. Returns a Traversable/Path."""
+    try:
+        packaged = importlib.resources.files("bwdiag") / "templates"
+        if packaged.is_dir():
+            return packaged
+    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
+        pass
+    return Path(__file__).resolve().parents[2] / "templates"
+
+
+def _read_template(name: str):
+    path = templates_dir() / name
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+    return source, str(path), lambda: True
+
+
+@functools.lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    """The one jinja Environment: autoescape on, strict undefined, unit-formatting filters."""
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(_read_template),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        time=units.fmt_time,
+        flops=units.fmt_flops,
+        bandwidth=units.fmt_bandwidth,
+        bytes=units.fmt_bytes,
+        count=units.fmt_count,
+        pct=units.fmt_pct,
+        intensity=units.fmt_intensity,
+    )
+    return env
+
+
+def _asset(name: str) -> Markup:
+    """An inline CSS/JS source from the templates folder, checked not to close its own tag."""
+    text = (templates_dir() / name).read_text(encoding="utf-8")
+    lowered = text.lower()
+    if "</script" in lowered or "</style" in lowered:
+        raise ValueError(f"templates/{name} must not contain a closing </script> or </style>")
+    return Markup(text)
+
+
+def render_html(diagnosis: Diagnosis) -> str:
+    """The whole report page as one self-contained HTML string."""
+    ctx = build_context(diagnosis)
+    template = environment().get_template(_PAGE)
+    return template.render(
+        ctx=ctx,
+        version=__version__,
+        css=_asset(_ASSETS[0]),
+        js=_asset(_ASSETS[1]),
+    )

@@ -1,0 +1,154 @@
+"""The terminal summary: the same verdict and top findings as the page, printed with rich."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import IO
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from bwdiag.diagnose.model import Diagnosis
+from bwdiag.report.context import TOP_FINDINGS, build_context, kernel_records
+from bwdiag.report.units import fmt_pct, fmt_time
+
+#: Colours shared in spirit with the page's CSS (``--c-compute`` …).
+BOUND_STYLES = {
+    "compute": "blue",
+    "memory": "dark_orange",
+    "latency": "magenta",
+    "communication": "red",
+    "idle": "grey62",
+    "unknown": "cyan",
+}
+
+_BAR_WIDTH = 48
+TOP_KERNELS = 5
+
+
+def _shorten(name: str, width: int) -> str:
+    """A kernel name cut to fit a terminal row (templated C++ names run to hundreds of chars)."""
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def print_summary(
+    diagnosis: Diagnosis, *, outputs: dict[str, Path] | None = None, file: IO[str] | None = None
+) -> None:
+    """Print the verdict, the time-by-bound bar, the top findings and the written files.
+
+    Goes to ``file`` (stderr by default, so stdout stays the user's); ``outputs`` maps a label
+    (``"report"``, ``"json"``) to the path written.
+    """
+    ctx = build_context(diagnosis)
+    console = Console(file=file if file is not None else sys.stderr, highlight=False)
+    v = ctx["verdict"]
+    dev = ctx["device"]
+
+    head = Text()
+    head.append("bwdiag ", style="bold")
+    head.append(ctx["title"].removeprefix("bwdiag report: "))
+    head.append(f"  ·  {dev['name']} ({dev['spec_source']})", style="dim")
+    console.print(head)
+
+    when = Text()
+    if v["step_us"]:
+        when.append(f"Step {fmt_time(v['step_us'])}", style="bold")
+        if v["steps"]:
+            when.append(f" (mean of {v['steps']} steps)", style="dim")
+        when.append(f"  ·  window {fmt_time(v['total_us'])}", style="dim")
+    else:
+        when.append(f"Analysed window {fmt_time(v['total_us'])}", style="bold")
+    console.print(when)
+    if v["dominant"]:
+        console.print(
+            Text(f"{v['headline']} ({fmt_pct(v['dominant_pct'])} of the time)",
+                 style=f"bold {BOUND_STYLES[v['dominant']]}")
+        )
+    console.print(_bar(v["bars"]))
+    console.print(_legend(v["bars"]))
+
+    if ctx["findings"]:
+        table = Table(title="Top findings", title_justify="left", show_edge=False, pad_edge=False)
+        table.add_column("#", justify="right", style="dim")
+        table.add_column("finding")
+        table.add_column("saves", justify="right", style="green")
+        for i, f in enumerate(ctx["findings"][:TOP_FINDINGS], 1):
+            fix = (f["fix"] or "").strip().splitlines()
+            cell = Text(f["title"], style="bold")
+            if fix:
+                cell.append(f"\nfix: {fix[0]}" + (" …" if len(fix) > 1 else ""), style="dim")
+            table.add_row(str(i), cell, f"{fmt_time(f['saving_us'])} ({fmt_pct(f['saving_pct'])})")
+        console.print(table)
+        if len(ctx["findings"]) > TOP_FINDINGS:
+            console.print(Text(f"… and {len(ctx['findings']) - TOP_FINDINGS} more in the report",
+                               style="dim"))
+        if v["projected_us"] is not None:
+            proj = Text("Projected after fixes: ", style="bold")
+            base = v["projected_step_us"] if v["projected_step_us"] else v["projected_us"]
+            proj.append(f"{fmt_time(base)}", style="bold green")
+            proj.append(f"  (−{fmt_pct(v['saving_pct'])}", style="green")
+            if v["speedup"]:
+                proj.append(f", {v['speedup']:.2f}× faster", style="green")
+            proj.append(")", style="green")
+            console.print(proj)
+    else:
+        console.print(Text("No findings: nothing bwdiag knows how to fix stands out.", style="dim"))
+
+    records = kernel_records(ctx)
+    if records:
+        noun = ctx["item_label"].lower()
+        table = Table(title=f"Top {noun}s by time", title_justify="left", show_edge=False,
+                      pad_edge=False)
+        # The other columns take 8+6+13+9 cells and 4×3 of separators: names get the rest.
+        width = max(20, console.width - 49)
+        table.add_column(noun, no_wrap=True, overflow="ellipsis", max_width=width)
+        table.add_column("time", justify="right", no_wrap=True, min_width=8)
+        table.add_column("share", justify="right", no_wrap=True, min_width=6)
+        table.add_column("bound", no_wrap=True, min_width=13)
+        table.add_column("% ceiling", justify="right", no_wrap=True, min_width=9)
+        for r in records[:TOP_KERNELS]:
+            table.add_row(_shorten(r["name"], width), fmt_time(r["total_us"]), fmt_pct(r["share_pct"]),
+                          Text(r["bound"], style=BOUND_STYLES.get(r["bound"], "")),
+                          fmt_pct(r["pct_of_ceiling"]))
+        console.print(table)
+
+    if dev["assumed"]:
+        console.print(Text(f"Device ceilings {dev['spec_source_note']}", style="yellow"))
+    cov = ctx["coverage"]
+    console.print(Text(
+        f"Estimates cover {fmt_pct(cov['estimated_pct'])} of kernel time; "
+        f"{fmt_pct(cov['linked_pct'])} linked to an op.", style="dim"))
+    if ctx["warnings"]:
+        console.print(Text(f"{len(ctx['warnings'])} warning(s) while loading; see the report.",
+                           style="yellow"))
+    for label, path in (outputs or {}).items():
+        line = Text(f"{label}: ", style="bold")
+        line.append(str(path))
+        console.print(line)
+
+
+def _bar(bars: list[dict]) -> Text:
+    """A one-line stacked bar; every non-empty slice gets at least one cell."""
+    total = sum(b["us"] for b in bars)
+    text = Text()
+    if total <= 0:
+        return text
+    cells = [(b["key"], b["us"] / total * _BAR_WIDTH) for b in bars if b["us"] > 0]
+    widths = [max(1, round(w)) for _, w in cells]
+    while sum(widths) > _BAR_WIDTH and max(widths) > 1:
+        widths[widths.index(max(widths))] -= 1
+    for (key, _), width in zip(cells, widths):
+        text.append("█" * width, style=BOUND_STYLES[key])
+    return text
+
+
+def _legend(bars: list[dict]) -> Text:
+    text = Text()
+    for b in bars:
+        if b["us"] <= 0:
+            continue
+        text.append("■ ", style=BOUND_STYLES[b["key"]])
+        text.append(f"{b['label'].lower()} {fmt_time(b['us'])} ({fmt_pct(b['pct'])})  ")
+    return text

@@ -1,0 +1,171 @@
+"""Load trace files and folders of rank files into linked, normalised ``RankTrace`` objects."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import pandas as pd
+
+from bwdiag.errors import TraceError
+from bwdiag.trace.events import EventTables, tabulate
+from bwdiag.trace.link import LinkStats, link
+from bwdiag.trace.read import read_trace_file
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+
+
+@dataclass
+class RankTrace:
+    """One rank's trace: metadata, linked event tables and what loading had to salvage."""
+
+    path: Path
+    rank: int
+    metadata: dict[str, Any]
+    tables: EventTables
+    link_stats: LinkStats
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def device_properties(self) -> dict[str, Any] | None:
+        """The ``deviceProperties`` entry of the GPU the kernels ran on (first one if unclear)."""
+        props = self.metadata.get("deviceProperties")
+        if not isinstance(props, list) or not props:
+            return None
+        devices = self.tables.gpu["device"].dropna()
+        if len(devices):
+            dev = int(devices.mode().iloc[0])
+            for p in props:
+                if isinstance(p, dict) and p.get("id") == dev:
+                    return p
+        return props[0] if isinstance(props[0], dict) else None
+
+    @property
+    def is_gpu(self) -> bool:
+        return not self.tables.gpu.empty
+
+    @property
+    def gpu(self) -> pd.DataFrame:
+        return self.tables.gpu
+
+    @property
+    def ops(self) -> pd.DataFrame:
+        return self.tables.ops
+
+
+def find_trace_files(paths: Sequence[str | Path]) -> list[Path]:
+    """Expand folders into their trace files (sorted); refuse paths that are missing or hold none."""
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise TraceError(f"{path}: no such file or folder")
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.is_file() and _is_trace_name(p.name))
+            if not found:
+                raise TraceError(
+                    f"{path}: folder holds no trace files (*.json or *.json.gz); "
+                    "point at the folder torch.profiler's tensorboard_trace_handler wrote"
+                )
+            files.extend(found)
+        else:
+            files.append(path)
+    return files
+
+
+def _is_trace_name(name: str) -> bool:
+    return name.endswith(TRACE_SUFFIXES) and name not in ("diagnosis.json",)
+
+
+def load_rank(path: Path) -> RankTrace:
+    """Read, tabulate and link one trace file."""
+    raw = read_trace_file(path)
+    warnings = list(raw.warnings)
+    tables = tabulate(raw.events)
+    del raw.events
+    _warn_skipped(path, tables, warnings)
+    stats = link(tables)
+    if stats.orphans_dropped:
+        warnings.append(
+            f"{path.name}: {stats.orphans_dropped:,} GPU activities ({stats.orphans_dropped_us / 1e3:,.2f} ms) "
+            "ran before the first recorded launch (spill-over from before the profiling window); excluded"
+        )
+    rank = _rank_of(path, raw.metadata, warnings)
+    return RankTrace(path, rank, raw.metadata, tables, stats, warnings)
+
+
+def _warn_skipped(path: Path, tables: EventTables, warnings: list[str]) -> None:
+    if tables.skipped:
+        detail = ", ".join(f"{n:,} {why}" for why, n in sorted(tables.skipped.items()))
+        warnings.append(f"{path.name}: skipped malformed events ({detail})")
+    if tables.unknown_categories:
+        cats = ", ".join(f"{c} ({n:,})" for c, n in sorted(tables.unknown_categories.items()))
+        if any(c not in _KNOWN_IGNORED for c in tables.unknown_categories):
+            warnings.append(f"{path.name}: ignored events of categories bwdiag does not use: {cats}")
+
+
+# Categories we read past on purpose (not worth a warning).
+_KNOWN_IGNORED = {"Trace", "fwdbwd", "cpu_instant_event", "overhead", "async_cpu_to_gpu", "cuda_sync",
+                  "python_function", "gpu_user_annotation", "Python", "PyTorch Profiler", "user_annotation"}
+
+
+def _rank_of(path: Path, metadata: dict[str, Any], warnings: list[str]) -> int:
+    info = metadata.get("distributedInfo")
+    if isinstance(info, dict) and isinstance(info.get("rank"), int) and info["rank"] >= 0:
+        return info["rank"]
+    meta = metadata.get("bwdiag")
+    if isinstance(meta, dict) and isinstance(meta.get("rank"), int):
+        return meta["rank"]
+    m = _RANK_IN_NAME.search(path.name)
+    if m:
+        return int(m.group(1))
+    return -1  # resolved by load_traces
+
+
+def load_traces(paths: Iterable[str | Path], *, progress=None) -> tuple[list[RankTrace], list[str]]:
+    """Load every trace under ``paths``; one bad rank file among good ones is skipped with a warning."""
+    files = find_trace_files(list(paths))
+    traces: list[RankTrace] = []
+    warnings: list[str] = []
+    errors: list[str] = []
+    for f in files:
+        try:
+            traces.append(load_rank(f))
+        except TraceError as err:
+            if len(files) == 1:
+                raise
+            errors.append(str(err))
+        if progress is not None:
+            progress()
+    if not traces:
+        raise TraceError(errors[0] if len(errors) == 1 else "no readable trace: " + "; ".join(errors))
+    warnings.extend(f"skipped unreadable rank file: {e}" for e in errors)
+    _assign_ranks(traces, warnings)
+    for t in traces:
+        warnings.extend(t.warnings)
+    return sorted(traces, key=lambda t: t.rank), warnings
+
+
+def _assign_ranks(traces: list[RankTrace], warnings: list[str]) -> None:
+    used = {t.rank for t in traces if t.rank >= 0}
+    for t in traces:
+        if t.rank < 0:
+            t.rank = next(r for r in range(len(traces) + len(used) + 1) if r not in used)
+            used.add(t.rank)
+            if len(traces) > 1:
+                warnings.append(
+                    f"{t.path.name}: no rank in distributedInfo or the file name; treated as rank {t.rank}"
+                )
+    seen: dict[int, RankTrace] = {}
+    for t in sorted(traces, key=lambda t: str(t.path)):
+        if t.rank in seen:
+            new = max(x.rank for x in traces) + 1
+            warnings.append(
+                f"{t.path.name} and {seen[t.rank].path.name} both claim rank {t.rank}; "
+                f"{t.path.name} is analysed as rank {new}"
+            )
+            t.rank = new
+        seen[t.rank] = t

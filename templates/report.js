@@ -1,0 +1,456 @@
+/* bwdiag report: roofline chart, kernel table and small interactions.
+ * Inlined into report.html. Data comes only from the JSON block #data; every string from it is
+ * put into the page with textContent or setAttribute, never parsed as HTML. Number formatting
+ * follows bwdiag/report/units.py. */
+(function () {
+  "use strict";
+  var D = JSON.parse(document.getElementById("data").textContent);
+  var KCOLS = D.kernels.columns;  /* columnar in the page, one object per group here */
+  D.kernels = D.kernels.rows.map(function (row) {
+    var o = {};
+    for (var i = 0; i < KCOLS.length; i++) o[KCOLS[i]] = row[i];
+    return o;
+  });
+  var SVG = "http://www.w3.org/2000/svg";
+  var BOUNDS = ["compute", "memory", "latency", "communication", "unknown"];
+
+  /* ---------------------------------------------------------------- formatting */
+  function finite(x) { return typeof x === "number" && isFinite(x); }
+  function sig(x, digits) {
+    if (x === 0) return "0";
+    digits = digits || 3;
+    var mag = Math.floor(Math.log10(Math.abs(x)));
+    var dec = Math.max(0, digits - 1 - mag);
+    var s = x.toFixed(dec);
+    if (s.indexOf(".") >= 0) s = s.replace(/0+$/, "").replace(/\.$/, "");
+    return s;
+  }
+  function fmtTime(us) {
+    if (!finite(us)) return "—";
+    var a = Math.abs(us);
+    if (a >= 1e6) return sig(us / 1e6) + " s";
+    if (a >= 1e3) return sig(us / 1e3) + " ms";
+    return sig(us) + " µs";
+  }
+  var SI = [[1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]];
+  function fmtSI(x, unit) {
+    if (!finite(x)) return "—";
+    for (var i = 0; i < SI.length; i++) {
+      if (Math.abs(x) >= SI[i][0]) return sig(x / SI[i][0]) + " " + SI[i][1] + unit;
+    }
+    return sig(x) + " " + unit;
+  }
+  function fmtPct(p) {
+    if (!finite(p)) return "—";
+    if (p > 0 && p < 0.1) return "<0.1%";
+    return p.toFixed(1) + "%";
+  }
+  function fmtCount(n) { return finite(n) ? Math.round(n).toLocaleString("en-US") : "—"; }
+  function fmtAxis(x) {
+    if (x >= 1 && x < 1000) return String(x);
+    if (x < 1) return String(Number(x.toPrecision(1)));
+    return fmtSI(x, "").trim();
+  }
+
+  /* ---------------------------------------------------------------- DOM helpers */
+  function el(tag, attrs, text) {
+    var n = document.createElement(tag);
+    if (attrs) for (var k in attrs) if (attrs[k] !== null && attrs[k] !== undefined) n.setAttribute(k, attrs[k]);
+    if (text !== undefined && text !== null) n.textContent = String(text);
+    return n;
+  }
+  function svg(tag, attrs, text) {
+    var n = document.createElementNS(SVG, tag);
+    if (attrs) for (var k in attrs) n.setAttribute(k, attrs[k]);
+    if (text !== undefined) n.textContent = String(text);
+    return n;
+  }
+
+  /* ---------------------------------------------------------------- tooltip */
+  var tip = document.getElementById("tooltip");
+  function showTip(evt, k) {
+    var r = D.kernels[k];
+    tip.textContent = "";
+    tip.appendChild(el("div", { "class": "t-name" }, r.name));
+    var t = el("table");
+    function row(label, value) {
+      if (value === null || value === undefined || value === "" || value === "—") return;
+      var tr = el("tr");
+      tr.appendChild(el("th", null, label));
+      tr.appendChild(el("td", null, value));
+      t.appendChild(tr);
+    }
+    if (D.multi_rank) row("rank", r.rank);
+    row("op", r.op);
+    row("module", r.module);
+    row("shapes", r.shapes);
+    row("time", fmtTime(r.total_us) + "  (" + fmtCount(r.count) + " × " + fmtTime(r.mean_us) + ", " + fmtPct(r.share_pct) + " of kernel time)");
+    row("achieved", fmtSI(r.achieved_flops_per_s, "FLOP/s") + " · " + fmtSI(r.achieved_bytes_per_s, "B/s"));
+    row("intensity", finite(r.intensity) ? sig(r.intensity) + " FLOP/B" : null);
+    row("bound", r.bound + (r.ceiling ? " (" + r.ceiling + ")" : ""));
+    row("of ceiling", fmtPct(r.pct_of_ceiling));
+    tip.appendChild(t);
+    tip.hidden = false;
+    moveTip(evt);
+  }
+  function moveTip(evt) {
+    var w = tip.offsetWidth, h = tip.offsetHeight;
+    var x = evt.clientX + 14, y = evt.clientY + 14;
+    if (x + w > window.innerWidth - 8) x = evt.clientX - w - 14;
+    if (y + h > window.innerHeight - 8) y = evt.clientY - h - 14;
+    tip.style.left = Math.max(4, x) + "px";
+    tip.style.top = Math.max(4, y) + "px";
+  }
+  function hideTip() { tip.hidden = true; }
+
+  /* ---------------------------------------------------------------- roofline */
+  var pointNodes = {};
+  function drawRoofline() {
+    var R = D.roofline, box = document.getElementById("roof-chart");
+    var W = 820, H = 470, ml = 72, mr = 24, mt = 18, mb = 50;
+    var pw = W - ml - mr, ph = H - mt - mb;
+    var root = svg("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": "Roofline chart", id: "roof-svg" });
+    box.appendChild(root);
+    if (!R.extent) {
+      var msg = D.kernels.length ? "No kernel group has both a FLOP and a byte estimate, so none can be placed on the roofline."
+        : "No " + (D.item_label === "Kernel" ? "kernel" : D.item_label) + "s in this trace: nothing to place on a roofline.";
+      root.appendChild(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle", "class": "empty" }, msg));
+      return;
+    }
+    var E = R.extent;
+    var lx0 = Math.log10(E.xmin), lx1 = Math.log10(E.xmax), ly0 = Math.log10(E.ymin), ly1 = Math.log10(E.ymax);
+    function sx(x) { return ml + (Math.log10(x) - lx0) / (lx1 - lx0) * pw; }
+    function sy(y) { return mt + ph - (Math.log10(y) - ly0) / (ly1 - ly0) * ph; }
+    var defs = svg("defs");
+    var clip = svg("clipPath", { id: "plot-clip" });
+    clip.appendChild(svg("rect", { x: ml, y: mt, width: pw, height: ph }));
+    defs.appendChild(clip);
+    root.appendChild(defs);
+    var i, d;
+    for (d = Math.ceil(lx0); d <= Math.floor(lx1); d++) {
+      var X = sx(Math.pow(10, d));
+      root.appendChild(svg("line", { x1: X, x2: X, y1: mt, y2: mt + ph, "class": "grid-line" }));
+      root.appendChild(svg("text", { x: X, y: mt + ph + 16, "text-anchor": "middle" }, fmtAxis(Math.pow(10, d))));
+    }
+    for (d = Math.ceil(ly0); d <= Math.floor(ly1); d++) {
+      var Y = sy(Math.pow(10, d));
+      root.appendChild(svg("line", { x1: ml, x2: ml + pw, y1: Y, y2: Y, "class": "grid-line" }));
+      root.appendChild(svg("text", { x: ml - 8, y: Y + 4, "text-anchor": "end" }, fmtAxis(Math.pow(10, d))));
+    }
+    root.appendChild(svg("rect", { x: ml, y: mt, width: pw, height: ph, "class": "frame" }));
+    root.appendChild(svg("text", { x: ml + pw / 2, y: H - 10, "text-anchor": "middle", "class": "axis-title" }, "Arithmetic intensity (FLOP/byte)"));
+    root.appendChild(svg("text", { x: 16, y: mt + ph / 2, "text-anchor": "middle", "class": "axis-title", transform: "rotate(-90 16 " + (mt + ph / 2) + ")" }, "Achieved FLOP/s"));
+
+    var g = svg("g", { "clip-path": "url(#plot-clip)" });
+    root.appendChild(g);
+    var labels = svg("g");
+    var bw = R.memory_bandwidth, roofs = R.roofs;
+    var top = roofs.length ? roofs[0] : null;
+    if (bw) {
+      var xEnd = top && top.ridge ? top.ridge : E.xmax;
+      g.appendChild(svg("line", { x1: sx(E.xmin), y1: sy(bw * E.xmin), x2: sx(xEnd), y2: sy(bw * xEnd), "class": "mem-roof" }));
+      // Label along the slope, where it is inside the plot.
+      var lxs = Math.max(E.xmin * 1.6, E.ymin * 3 / bw);
+      if (lxs < xEnd / 4) {
+        var p0x = sx(lxs), p0y = sy(bw * lxs), p1x = sx(lxs * 10), p1y = sy(bw * lxs * 10);
+        var ang = Math.atan2(p1y - p0y, p1x - p0x) * 180 / Math.PI;
+        labels.appendChild(svg("text", { x: p0x, y: p0y - 6, "class": "roof-label", transform: "rotate(" + ang + " " + p0x + " " + p0y + ")" },
+          "memory " + fmtSI(bw, "B/s")));
+      }
+    }
+    var lastLabelY = -1e9, lastRidgeX = -1e9;
+    for (i = 0; i < roofs.length; i++) {
+      var r = roofs[i], y = sy(r.flops), x0 = r.ridge ? sx(r.ridge) : ml;
+      var vector = /vector/.test(r.label) && !/,/.test(r.label);
+      g.appendChild(svg("line", { x1: x0, y1: y, x2: ml + pw, y2: y, "class": "roof" + (vector ? " vector" : "") }));
+      var ly = y - 5;
+      if (ly - lastLabelY < 12) ly = lastLabelY + 12;
+      lastLabelY = ly;
+      labels.appendChild(svg("text", { x: ml + pw - 6, y: ly, "text-anchor": "end", "class": "roof-label" }, r.label + " " + fmtSI(r.flops, "FLOP/s")));
+      if (r.ridge && r.ridge >= E.xmin && r.ridge <= E.xmax) {
+        g.appendChild(svg("line", { x1: x0, x2: x0, y1: y, y2: mt + ph, "class": "ridge-line" }));
+        var c = svg("circle", { cx: x0, cy: y, r: 3.5, "class": "ridge" });
+        c.appendChild(svg("title", {}, "ridge point of " + r.label + ": " + sig(r.ridge) + " FLOP/B"));
+        labels.appendChild(c);
+        if (Math.abs(x0 - lastRidgeX) > 44) {
+          labels.appendChild(svg("text", { x: x0 + 4, y: mt + ph - 5, "class": "ridge-label" }, sig(r.ridge) + " FLOP/B"));
+          lastRidgeX = x0;
+        }
+      }
+    }
+    var pts = R.points.slice().sort(function (a, b) { return b.t - a.t; });
+    var tmax = pts.length ? pts[0].t : 1;
+    var pg = svg("g", { id: "roof-points" });
+    for (i = 0; i < pts.length; i++) {
+      var p = pts[i];
+      var rad = 3 + 15 * Math.sqrt(Math.max(p.t, 0) / (tmax || 1));
+      var node = svg("circle", { cx: sx(p.x), cy: sy(p.y), r: rad.toFixed(2), "class": "pt b-" + p.b, "data-k": p.k });
+      pointNodes[p.k] = node;
+      pg.appendChild(node);
+    }
+    root.appendChild(pg);
+    root.appendChild(labels);
+    pg.addEventListener("mouseover", function (e) { var k = e.target.getAttribute("data-k"); if (k !== null) showTip(e, +k); });
+    pg.addEventListener("mousemove", function (e) { if (!tip.hidden) moveTip(e); });
+    pg.addEventListener("mouseout", hideTip);
+    pg.addEventListener("click", function (e) { var k = e.target.getAttribute("data-k"); if (k !== null) { hideTip(); selectPoint(+k); table.reveal(+k); } });
+
+    var legend = document.getElementById("roof-legend");
+    var counts = {};
+    R.points.forEach(function (p) { counts[p.b] = (counts[p.b] || 0) + 1; });
+    BOUNDS.forEach(function (b) {
+      if (!counts[b]) return;
+      var li = el("li");
+      li.appendChild(el("span", { "class": "swatch b-" + b }));
+      li.appendChild(document.createTextNode(b + " " + counts[b]));
+      legend.appendChild(li);
+    });
+    legend.appendChild(el("li", { "class": "muted" }, "size ∝ time · solid roofs: peak per dtype · dashed: vector units"));
+  }
+  function selectPoint(k) {
+    var prev = document.querySelector("#roof-points .pt.sel");
+    if (prev) prev.classList.remove("sel");
+    if (pointNodes[k]) {
+      pointNodes[k].classList.add("sel");
+      pointNodes[k].parentNode.appendChild(pointNodes[k]);
+    }
+  }
+
+  function drawUnplotted() {
+    var R = D.roofline, list = document.getElementById("unplotted-list");
+    document.getElementById("unplotted-title").textContent =
+      "Not on the chart: " + R.unplotted.length + " of " + D.kernels.length + " groups";
+    document.getElementById("unplotted-note").textContent = R.unplotted.length
+      ? fmtTime(R.unplotted_us) + " of kernel time without a FLOP and byte estimate. Click one to find it in the table."
+      : "Every kernel group has an estimate.";
+    var frag = document.createDocumentFragment();
+    R.unplotted.forEach(function (u) {
+      var r = D.kernels[u.k];
+      var li = el("li", { "data-k": u.k, title: r.name });
+      li.appendChild(el("span", { "class": "u-name" }, r.name));
+      li.appendChild(el("span", { "class": "u-meta" }, fmtTime(r.total_us) + " · " + u.reason));
+      frag.appendChild(li);
+    });
+    list.appendChild(frag);
+    list.addEventListener("click", function (e) {
+      var li = e.target.closest("li[data-k]");
+      if (li) table.reveal(+li.getAttribute("data-k"));
+    });
+  }
+
+  /* ---------------------------------------------------------------- kernel table */
+  var table = (function () {
+    var PAGE = 50;
+    var cols = [];
+    if (D.multi_rank) cols.push({ key: "rank", label: "Rank", num: true, fmt: String });
+    cols.push(
+      { key: "name", label: D.item_label, cls: "name" },
+      { key: "category", label: "Category" },
+      { key: "op", label: "Op", cls: "mono" },
+      { key: "module", label: "Module", cls: "mono" },
+      { key: "shapes", label: "Shapes", cls: "mono" },
+      { key: "count", label: "Count", num: true, fmt: fmtCount },
+      { key: "total_us", label: "Time", num: true, fmt: fmtTime },
+      { key: "share_pct", label: "% time", num: true, fmt: fmtPct },
+      { key: "mean_us", label: "Mean", num: true, fmt: fmtTime },
+      { key: "achieved_flops_per_s", label: "FLOP/s", num: true, fmt: function (x) { return fmtSI(x, "FLOP/s"); } },
+      { key: "achieved_bytes_per_s", label: "B/s", num: true, fmt: function (x) { return fmtSI(x, "B/s"); } },
+      { key: "bound", label: "Bound", chip: true },
+      { key: "pct_of_ceiling", label: "% of ceiling", num: true, bar: true }
+    );
+    var tbl = document.getElementById("k-table"), tbody = tbl.tBodies[0];
+    var state = { sort: "total_us", dir: -1, page: 0, text: "", bound: "", category: "", plotted: "", hl: null };
+    var view = [];
+    var ths = [];
+
+    var tr = el("tr");
+    cols.forEach(function (c) {
+      var th = el("th", { "class": c.num ? "num" : null, "data-key": c.key, tabindex: "0", "aria-sort": "none", title: "Sort by " + c.label.toLowerCase() }, c.label);
+      ths.push(th);
+      tr.appendChild(th);
+    });
+    tbl.tHead.appendChild(tr);
+    function sortBy(e) {
+      var th = e.target.closest("th[data-key]");
+      if (!th) return;
+      if (e.type === "keydown") {
+        if (e.key !== "Enter" && e.key !== " ") return;
+        e.preventDefault();
+      }
+      var key = th.getAttribute("data-key");
+      if (state.sort === key) state.dir = -state.dir;
+      else { state.sort = key; state.dir = (cols.filter(function (c) { return c.key === key; })[0].num) ? -1 : 1; }
+      state.page = 0;
+      update();
+    }
+    tbl.tHead.addEventListener("click", sortBy);
+    tbl.tHead.addEventListener("keydown", sortBy);
+
+    function haystack(r) {
+      return [r.name, r.op, r.module, r.shapes, r.category, r.dtype].join("\u0001").toLowerCase();
+    }
+    var hay = D.kernels.map(haystack);
+
+    function compute() {
+      var text = state.text.toLowerCase();
+      view = [];
+      for (var i = 0; i < D.kernels.length; i++) {
+        var r = D.kernels[i];
+        if (text && hay[i].indexOf(text) < 0) continue;
+        if (state.bound && r.bound !== state.bound) continue;
+        if (state.category && r.category !== state.category) continue;
+        if (state.plotted === "yes" && !r.plotted) continue;
+        if (state.plotted === "no" && r.plotted) continue;
+        view.push(i);
+      }
+      var key = state.sort, dir = state.dir;
+      view.sort(function (a, b) {
+        var x = D.kernels[a][key], y = D.kernels[b][key];
+        var xn = x === null || x === undefined, yn = y === null || y === undefined;
+        if (xn || yn) return xn === yn ? a - b : (xn ? 1 : -1);  // unknowns last, either way
+        if (x < y) return -dir;
+        if (x > y) return dir;
+        return a - b;
+      });
+    }
+
+    function cell(c, r) {
+      var v = r[c.key];
+      var td = el("td", { "class": (c.num ? "num " : "") + (c.cls || "") });
+      if (c.chip) {
+        td.appendChild(el("span", { "class": "bound-chip b-" + v, title: r.ceiling || null }, v));
+      } else if (c.bar) {
+        if (finite(v)) {
+          var bar = el("span", { "class": "pctbar" });
+          bar.appendChild(el("span", { style: "width: " + Math.max(0, Math.min(100, v)).toFixed(1) + "%" }));
+          td.appendChild(bar);
+        }
+        td.appendChild(document.createTextNode(fmtPct(v)));
+        if (r.ceiling) td.setAttribute("title", "of " + r.ceiling);
+      } else {
+        var text = c.fmt ? c.fmt(v) : (v === null || v === undefined || v === "" ? "—" : String(v));
+        td.textContent = text;
+        if (c.cls && v) td.setAttribute("title", String(v));
+      }
+      return td;
+    }
+
+    function render() {
+      var pages = Math.max(1, Math.ceil(view.length / PAGE));
+      state.page = Math.min(state.page, pages - 1);
+      var start = state.page * PAGE, end = Math.min(view.length, start + PAGE);
+      var frag = document.createDocumentFragment();
+      for (var i = start; i < end; i++) {
+        var k = view[i], r = D.kernels[k];
+        var row = el("tr", { "data-k": k, "class": state.hl === k ? "hl" : null });
+        for (var j = 0; j < cols.length; j++) row.appendChild(cell(cols[j], r));
+        frag.appendChild(row);
+      }
+      tbody.textContent = "";
+      tbody.appendChild(frag);
+      if (!view.length) {
+        var empty = el("tr");
+        empty.appendChild(el("td", { colspan: cols.length, "class": "muted" }, D.kernels.length ? "No kernel group matches the filter." : "No kernels in this trace."));
+        tbody.appendChild(empty);
+      }
+      document.getElementById("k-range").textContent = view.length
+        ? (start + 1) + "–" + end + " of " + fmtCount(view.length) : "0 of 0";
+      document.getElementById("k-prev").disabled = state.page === 0;
+      document.getElementById("k-next").disabled = state.page >= pages - 1;
+      ths.forEach(function (th) {
+        th.classList.remove("sorted-asc", "sorted-desc");
+        th.setAttribute("aria-sort", "none");
+        if (th.getAttribute("data-key") === state.sort) {
+          th.classList.add(state.dir > 0 ? "sorted-asc" : "sorted-desc");
+          th.setAttribute("aria-sort", state.dir > 0 ? "ascending" : "descending");
+        }
+      });
+    }
+    function update() { compute(); render(); }
+
+    var input = document.getElementById("k-filter"), timer = null;
+    input.addEventListener("input", function () {
+      clearTimeout(timer);
+      timer = setTimeout(function () { state.text = input.value; state.page = 0; update(); }, 120);
+    });
+    [["k-bound", "bound"], ["k-category", "category"], ["k-plotted", "plotted"]].forEach(function (pair) {
+      var s = document.getElementById(pair[0]);
+      s.addEventListener("change", function () { state[pair[1]] = s.value; state.page = 0; update(); });
+    });
+    document.getElementById("k-prev").addEventListener("click", function () { state.page--; render(); });
+    document.getElementById("k-next").addEventListener("click", function () { state.page++; render(); });
+    tbody.addEventListener("click", function (e) {
+      var row = e.target.closest("tr[data-k]");
+      if (!row) return;
+      var k = +row.getAttribute("data-k");
+      state.hl = k;
+      render();
+      selectPoint(k);
+    });
+
+    function clearFilters() {
+      state.text = state.bound = state.category = state.plotted = "";
+      input.value = "";
+      ["k-bound", "k-category", "k-plotted"].forEach(function (id) { document.getElementById(id).value = ""; });
+    }
+    return {
+      update: update,
+      /* Show kernel group k: clear the filters, go to its page, highlight and scroll to it. */
+      reveal: function (k) {
+        clearFilters();
+        state.hl = k;
+        compute();
+        var pos = view.indexOf(k);
+        state.page = Math.floor(Math.max(0, pos) / PAGE);
+        render();
+        var row = tbody.querySelector('tr[data-k="' + k + '"]');
+        if (row) row.scrollIntoView({ block: "center" });
+        return row;
+      },
+      filter: function (text) {
+        clearFilters();
+        state.text = text; input.value = text; state.page = 0; update();
+        document.getElementById("kernels").scrollIntoView();
+      },
+      view: function () { return view.slice(); }
+    };
+  })();
+
+  /* ---------------------------------------------------------------- findings */
+  document.addEventListener("click", function (e) {
+    var find = e.target.closest("button.find");
+    if (find) { table.filter(find.getAttribute("data-find")); return; }
+    var copy = e.target.closest("button.copy");
+    if (copy) {
+      var text = document.getElementById(copy.getAttribute("data-copy")).textContent;
+      var done = function () { copy.textContent = "Copied"; copy.classList.add("done"); setTimeout(function () { copy.textContent = "Copy"; copy.classList.remove("done"); }, 1500); };
+      var selectIt = function () {  /* last resort: select the fix so Ctrl+C copies it */
+        var range = document.createRange();
+        range.selectNodeContents(document.getElementById(copy.getAttribute("data-copy")));
+        var sel = window.getSelection();
+        sel.removeAllRanges();
+        sel.addRange(range);
+        copy.textContent = "Selected: press Ctrl+C";
+      };
+      var fallback = function () {
+        var ta = el("textarea");
+        ta.value = text;
+        ta.setAttribute("readonly", "");
+        ta.style.position = "fixed"; ta.style.opacity = "0";
+        document.body.appendChild(ta);
+        ta.select();
+        var ok = false;
+        try { ok = document.execCommand("copy"); } finally { document.body.removeChild(ta); }
+        if (ok) done(); else selectIt();
+      };
+      if (navigator.clipboard && window.isSecureContext) navigator.clipboard.writeText(text).then(done, fallback);
+      else fallback();
+    }
+  });
+
+  table.update();
+  drawRoofline();
+  drawUnplotted();
+  window.bwdiagReport = { data: D, table: table, selectPoint: selectPoint };
+  document.documentElement.setAttribute("data-rendered", "1");
+})();

@@ -1,0 +1,176 @@
+"""The report page in real headless Chromium: it renders, fetches nothing, logs no error,
+runs no injected script, and the roofline shows one point per kernel group with an estimate.
+
+Needs the Debian ``chromium`` package (skipped with a reason otherwise). One browser serves the
+whole module; each page is loaded once. Screenshots go to ``test-artifacts/`` (git-ignored).
+Set ``BWDIAG_DOCS_SCREENSHOT=1`` to also refresh ``docs/report.png`` from the A100 report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+
+from bwdiag.diagnose.model import Diagnosis, Finding
+from bwdiag.report import render_html, write_atomic
+from tests.browser_cdp import Browser, chromium_binary
+from tests.report_fixtures import (
+    A100_TRAIN, ADD, COPY, CPU_ONLY, GEMM, H100_QWEN, HOSTILE, cpu_diagnosis, gpu_diagnosis, real_diagnosis,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts"
+DOCS_PNG = ROOT / "docs" / "report.png"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    binary = chromium_binary()
+    if binary is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install -y chromium)")
+    with Browser(binary, width=1360, height=1000) as b:
+        yield b
+
+
+def _with_estimates(d: Diagnosis) -> int:
+    """Kernel groups with a FLOP and a byte estimate, counted from the diagnosis rows."""
+    return sum(1 for k in d.kernels if k.flops and k.bytes and k.flops > 0 and k.bytes > 0)
+
+
+def _load(browser: Browser, d: Diagnosis, name: str) -> Path:
+    """Write the report for ``d``, open it, and check what every page must satisfy."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = ARTIFACTS / f"{name}.html"
+    write_atomic(page, render_html(d).encode())
+    browser.open(page)
+    assert browser.evaluate("document.documentElement.getAttribute('data-rendered')") == "1"
+    assert browser.problems() == []
+    assert browser.requests() == [page.resolve().as_uri()]  # the page itself, nothing else
+    points = browser.evaluate("document.querySelectorAll('#roof-points circle.pt').length")
+    assert points == _with_estimates(d)
+    assert browser.evaluate("document.querySelectorAll('#unplotted-list li').length") == (
+        len(d.kernels) - points)
+    shown = min(50, len(d.kernels))
+    assert browser.evaluate("document.querySelectorAll('#k-table tbody tr[data-k]').length") == shown
+    if d.kernels:
+        assert browser.evaluate("document.getElementById('k-range').textContent") == (
+            f"1–{shown} of {len(d.kernels):,}")
+    assert browser.evaluate("document.images.length") == 0
+    browser.screenshot(ARTIFACTS / f"{name}.png", full_page=True)
+    return page
+
+
+def _click_biggest_point(browser: Browser) -> None:
+    """Hover shows the tooltip; a click highlights the point's row in the kernel table."""
+    k = browser.evaluate("""(() => {
+        const pts = [...document.querySelectorAll('#roof-points circle.pt')];
+        const big = pts.reduce((a, b) => (+a.getAttribute('r') >= +b.getAttribute('r') ? a : b));
+        big.dispatchEvent(new MouseEvent('mouseover', {bubbles: true, clientX: 300, clientY: 300}));
+        return +big.getAttribute('data-k');
+    })()""")
+    tip = browser.evaluate("document.getElementById('tooltip').hidden ? null : "
+                           "document.getElementById('tooltip').textContent")
+    row = browser.evaluate(f"bwdiagReport.data.kernels[{k}]")
+    assert tip is not None and tip.startswith(row["name"]) and "of ceiling" in tip
+    browser.evaluate(f"document.querySelector('#roof-points circle[data-k=\"{k}\"]')"
+                     ".dispatchEvent(new MouseEvent('click', {bubbles: true}))")
+    assert browser.evaluate("document.querySelector('#k-table tr.hl').getAttribute('data-k')") == str(k)
+    assert browser.evaluate("document.querySelector('#roof-points circle.sel').getAttribute('data-k')") == str(k)
+
+
+def test_a100_training_report(browser):
+    d = real_diagnosis(A100_TRAIN)
+    _load(browser, d, "a100-training")
+    assert _with_estimates(d) > 0
+    _click_biggest_point(browser)
+    # Sorting by count puts the most-launched group first.
+    browser.evaluate("document.querySelector('#k-table th[data-key=\"count\"]').click()")
+    first = browser.evaluate("+document.querySelector('#k-table tbody tr').getAttribute('data-k')")
+    assert d.kernels and browser.evaluate(f"bwdiagReport.data.kernels[{first}].count") == max(
+        k.count for k in d.kernels)
+    if os.environ.get("BWDIAG_DOCS_SCREENSHOT"):
+        browser.evaluate("window.scrollTo(0, 0)")
+        browser.call("Emulation.setDeviceMetricsOverride", width=1360, height=1500,
+                     deviceScaleFactor=1, mobile=False)
+        browser.screenshot(DOCS_PNG)
+        browser.call("Emulation.setDeviceMetricsOverride", width=1360, height=1000,
+                     deviceScaleFactor=1, mobile=False)
+        assert DOCS_PNG.stat().st_size < 500_000
+
+
+def _hostile(d: Diagnosis) -> Diagnosis:
+    """``d`` with the hostile string as a kernel name, module and op and in a finding."""
+    kernels = list(d.kernels)
+    kernels[0] = dataclasses.replace(kernels[0], name=HOSTILE, module=HOSTILE, op=HOSTILE)
+    finding = Finding(kind="other", title=f"Look at {HOSTILE}", est_saving_us=1.0,
+                      est_saving_pct=0.0, evidence=(HOSTILE,), fix=HOSTILE)
+    return dataclasses.replace(d, kernels=tuple(kernels), findings=(*d.findings, finding),
+                               warnings=(*d.warnings, HOSTILE))
+
+
+def _check_hostile_is_text(browser: Browser) -> None:
+    assert browser.dialogs() == []
+    browser.evaluate("bwdiagReport.table.filter('onerror=alert')")
+    cells = browser.evaluate("[...document.querySelectorAll('#k-table td.name')].map(td => td.textContent)")
+    assert HOSTILE in cells
+    assert browser.evaluate(
+        "[...document.querySelectorAll('.finding h3')].some(h => h.textContent.includes("
+        f"{HOSTILE!r}))")
+    assert browser.evaluate("document.images.length + document.querySelectorAll('img').length") == 0
+    assert browser.dialogs() == [] and browser.problems() == []
+
+
+def test_h100_qwen_report_with_hostile_names(browser):
+    d = _hostile(real_diagnosis(H100_QWEN))
+    _load(browser, d, "h100-qwen")
+    _check_hostile_is_text(browser)
+
+
+def test_cpu_trace_report(browser):
+    d = real_diagnosis(CPU_ONLY)
+    _load(browser, d, "cpu-trace")
+    text = browser.evaluate("document.getElementById('roof-chart').textContent")
+    if not _with_estimates(d):
+        assert "roofline" in text or "nothing to place" in text
+
+
+def test_two_rank_fixture_report(browser):
+    """Every section populated (ranks, collectives, idle breakdown), hostile names included."""
+    d = gpu_diagnosis()
+    _load(browser, d, "fixture-two-ranks")
+    _check_hostile_is_text(browser)
+    assert browser.evaluate("document.querySelectorAll('#r-table tbody tr').length") == 2
+    # Filtering by bound: ADD and COPY are the two memory-bound groups.
+    browser.evaluate("bwdiagReport.table.filter('')")
+    browser.evaluate("(() => { const s = document.getElementById('k-bound'); s.value = 'memory';"
+                     " s.dispatchEvent(new Event('change')); })()")
+    assert browser.evaluate("document.getElementById('k-range').textContent") == "1–2 of 2"
+    names = browser.evaluate("[...document.querySelectorAll('#k-table td.name')].map(t => t.textContent)")
+    assert names == [ADD.name, COPY.name]
+    # Typing in the filter box matches modules too (debounced input event).
+    browser.evaluate("(() => { const i = document.getElementById('k-filter'); i.value = 'layers.0.mlp';"
+                     " i.dispatchEvent(new Event('input')); })()")
+    browser.evaluate("new Promise(r => setTimeout(r, 300))")
+    assert browser.evaluate("document.getElementById('k-range').textContent") == "0 of 0"  # still memory only
+    browser.evaluate("(() => { const s = document.getElementById('k-bound'); s.value = '';"
+                     " s.dispatchEvent(new Event('change')); })()")
+    names = browser.evaluate("[...document.querySelectorAll('#k-table td.name')].map(t => t.textContent)")
+    assert names == [GEMM.name]
+    # The copy button puts the fix on the clipboard and says so.
+    browser.call("Browser.grantPermissions",
+                 permissions=["clipboardReadWrite", "clipboardSanitizedWrite"])
+    browser.call("Emulation.setFocusEmulationEnabled", enabled=True)
+    browser.evaluate("document.querySelector('#finding-3 button.copy').click()")
+    label = browser.evaluate("new Promise(r => setTimeout(() => "
+                             "r(document.querySelector('#finding-3 button.copy').textContent), 200))")
+    assert label == "Copied"
+    assert browser.evaluate("navigator.clipboard.readText()") == d.findings[2].fix
+    assert browser.problems() == []
+
+
+def test_cpu_fixture_report(browser):
+    _load(browser, cpu_diagnosis(), "fixture-cpu")
+    assert "No CPU ops in this trace" in browser.evaluate("document.getElementById('roof-chart').textContent")

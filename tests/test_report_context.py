@@ -1,0 +1,196 @@
+"""The report context from hand-built diagnoses: every number checked against hand arithmetic."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from bwdiag.report.context import build_context, kernel_records, projected_time
+from tests.report_fixtures import (
+    A100, ADD, COPY, GEMM, HOSTILE, HOSTILE_K, NCCL, TRITON, cpu_diagnosis, gpu_diagnosis,
+)
+
+
+def test_context_is_plain_json():
+    ctx = build_context(gpu_diagnosis())
+    assert json.loads(json.dumps(ctx, allow_nan=False)) == ctx
+
+
+def test_verdict_time_bar_matches_breakdown():
+    v = build_context(gpu_diagnosis())["verdict"]
+    assert v["total_us"] == 20000.0
+    assert [(b["key"], b["us"]) for b in v["bars"]] == [
+        ("compute", 8000.0), ("memory", 4000.0), ("latency", 1000.0),
+        ("communication", 3000.0), ("idle", 3000.0), ("unknown", 1000.0)]
+    assert [b["pct"] for b in v["bars"]] == [40.0, 20.0, 5.0, 15.0, 15.0, 5.0]
+    assert [b["label"] for b in v["bars"]][3] == "Exposed communication"
+    assert v["dominant"] == "compute" and v["dominant_pct"] == 40.0
+    assert v["step_us"] == 5000.0 and v["steps"] == 4
+
+
+def test_top_findings_are_the_three_largest_savings():
+    v = build_context(gpu_diagnosis())["verdict"]
+    assert [f["saving_us"] for f in v["top_findings"]] == [3000.0, 2500.0, 2500.0]
+    assert v["more_findings"] == 1
+
+
+def test_projection_caps_each_finding_at_the_time_it_acts_on():
+    # fusion 3000 from memory(4000)+latency(1000): takes 3000, leaving memory 1000, latency 1000.
+    # overlap 2500 from exposed communication 3000: takes 2500.
+    # second fusion wants 2500, memory+latency have 2000 left: takes 2000.
+    # quantization 500 from compute 8000: takes 500.  Saved 8000 of 20000 -> 12000 µs.
+    d = gpu_diagnosis()
+    assert projected_time(d) == 12000.0
+    v = build_context(d)["verdict"]
+    assert v["projected_us"] == 12000.0
+    assert v["saving_pct"] == 40.0
+    assert v["projected_step_us"] == 3000.0  # 5000 µs step × 12000/20000
+    assert v["speedup"] == pytest.approx(20000 / 12000)
+
+
+def test_projection_from_findings_work_wins():
+    d = gpu_diagnosis(extras={"projected_us": 15000.0})
+    assert build_context(d)["verdict"]["projected_us"] == 15000.0
+
+
+def test_no_projection_without_findings():
+    v = build_context(gpu_diagnosis(findings=()))["verdict"]
+    assert v["projected_us"] is None and v["saving_pct"] is None and v["top_findings"] == []
+
+
+def test_projection_never_below_zero():
+    big = dataclasses.replace(gpu_diagnosis().findings[3], kind="other", est_saving_us=1e9)
+    assert projected_time(gpu_diagnosis(findings=(big,))) == 0.0
+
+
+def test_kernels_sorted_by_time_with_shares():
+    ctx = build_context(gpu_diagnosis())
+    names = [k["name"] for k in kernel_records(ctx)]
+    assert names == [GEMM.name, ADD.name, NCCL.name, COPY.name, TRITON.name, HOSTILE]
+    total = 8000 + 4000 + 3000 + 1000 + 600 + 400
+    assert ctx["kernel_summary"]["total_us"] == total
+    assert ctx["kernel_summary"]["launches"] == 100 + 40 + 8 + 10 + 200 + 4
+    assert kernel_records(ctx)[0]["share_pct"] == pytest.approx(100 * 8000 / total)
+    assert kernel_records(ctx)[0]["mean_us"] == 80.0
+
+
+def test_roofline_points_are_groups_with_flops_and_bytes():
+    ctx = build_context(gpu_diagnosis())
+    r = ctx["roofline"]
+    # GEMM, ADD and the hostile one have flops and bytes; COPY has bytes only, TRITON and NCCL none.
+    assert [kernel_records(ctx)[p["k"]]["name"] for p in r["points"]] == [GEMM.name, ADD.name, HOSTILE]
+    gemm = r["points"][0]
+    assert gemm["x"] == pytest.approx(2 * 2048**3 / (3 * 2048 * 2048 * 2))  # 682.67 FLOP/B
+    assert gemm["y"] == pytest.approx(2 * 2048**3 * 100 / 8000e-6)  # 2.147e14 FLOP/s
+    assert gemm["b"] == "compute" and gemm["t"] == 8000.0
+    reasons = {kernel_records(ctx)[u["k"]]["name"]: u["reason"] for u in r["unplotted"]}
+    assert reasons == {
+        NCCL.name: "communication (see Communication)",
+        COPY.name: "moves bytes only (no FLOPs)",
+        TRITON.name: "no FLOP or byte estimate",
+    }
+    assert r["unplotted_us"] == 3000.0 + 1000.0 + 600.0
+    assert [k["plotted"] for k in kernel_records(ctx)] == [True, True, False, False, False, True]
+
+
+def test_roofs_merge_equal_peaks_and_place_ridges():
+    r = build_context(gpu_diagnosis())["roofline"]
+    assert [(x["label"], x["flops"]) for x in r["roofs"]] == [
+        ("int8", 624e12), ("bf16, fp16", 312e12), ("tf32", 156e12), ("fp64, fp32 vector", 19.5e12)]
+    assert r["roofs"][1]["ridge"] == pytest.approx(312e12 / 2.039e12)  # 153.0 FLOP/B
+    assert r["memory_bandwidth"] == A100.memory_bandwidth
+    # ADD sits at 1/12 FLOP/B -> xmin 10^floor(log10(1/24)) = 0.01; GEMM 682.7 -> xmax 10^4.
+    e = r["extent"]
+    assert (e["xmin"], e["xmax"]) == (0.01, 1e4)
+    assert e["ymax"] == 1e15  # int8 roof 6.24e14 × 1.5 -> 10^15
+    add_y = 16777216 * 40 / 4000e-6  # 1.68e11 FLOP/s
+    assert e["ymin"] == 10.0 ** math.floor(math.log10(add_y / 2))
+
+
+def test_findings_link_evidence_to_kernels():
+    f = build_context(gpu_diagnosis())["findings"]
+    assert [x["title"] for x in f][:2] == [
+        "Fuse the elementwise chain in model.layers.0", "Overlap the gradient all-reduce with backward"]
+    assert f[0]["evidence"] == [{"text": ADD.name, "find": ADD.name},
+                                {"text": "model.layers.0", "find": "model.layers.0"}]
+    assert f[2]["evidence"] == [{"text": HOSTILE, "find": HOSTILE}]
+    assert f[0]["kind_label"] == "Fusion"
+
+
+def test_communication_and_ranks():
+    ctx = build_context(gpu_diagnosis())
+    c = ctx["communication"]
+    assert c["total_us"] == 3000.0 and c["exposed_us"] == 3000.0 and c["link_bandwidth"] == 300e9
+    assert c["rows"][0]["busbw"] == 266.7e9
+    ranks = ctx["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert [r["idle_pct"] for r in ranks] == [15.0, 25.0]
+    assert [r["most_idle"] for r in ranks] == [False, True]
+    assert [r["longest"] for r in ranks] == [False, False]  # equal totals: nobody is slowest
+    # rank 1 bar: busy 15000 - exposed 2000 = 13000 -> 65%, exposed 10%, idle 25% of 20000.
+    assert ranks[1]["bar"] == {"busy": 65.0, "communication": 10.0, "idle": 25.0}
+
+
+def test_idle_breakdown_rendered_as_times_with_shares():
+    idle = build_context(gpu_diagnosis())["idle"]
+    assert idle["kind"] == "kv"
+    assert [(r["label"], r["value"]) for r in idle["rows"]] == [
+        ("Host wait", "2 ms"), ("Kernel wait", "600 µs"), ("Other", "400 µs")]
+    assert [r["share"] for r in idle["rows"]] == pytest.approx([66.6667, 20.0, 13.3333], rel=1e-5)
+
+
+def test_unknown_extras_shown_generically():
+    d = gpu_diagnosis(extras={
+        "idle_breakdown": {"host_wait": 10.0, "kernel_wait": 30.0},  # bare numbers: µs
+        "launch_gaps": [{"rank": 0, "gap_us": 12.5, "count": 300}],
+        "queue": {"mean_pct": 42.0, "nested": {"deep_bytes": 2e6}},
+    })
+    ctx = build_context(d)
+    assert [r["value"] for r in ctx["idle"]["rows"]] == ["10 µs", "30 µs"]
+    extras = {x["key"]: x for x in ctx["extras"]}
+    assert set(extras) == {"launch_gaps", "queue"}
+    assert extras["launch_gaps"]["tree"] == {
+        "kind": "table", "columns": ["Rank", "Gap", "Count"], "rows": [["0", "12.5 µs", "300"]],
+        "more": 0}
+    rows = extras["queue"]["tree"]["rows"]
+    assert rows[0]["value"] == "42.0%"
+    assert rows[1]["child"]["rows"][0]["value"] == "2 MB"
+
+
+def test_nan_and_inf_become_none():
+    k = dataclasses.replace(GEMM, pct_of_ceiling=float("nan"), intensity=float("inf"))
+    ctx = build_context(gpu_diagnosis(kernels=(k,)))
+    assert kernel_records(ctx)[0]["pct_of_ceiling"] is None
+    assert kernel_records(ctx)[0]["intensity"] is None
+    assert ctx["roofline"]["points"] == []  # no finite intensity, so no point
+    json.dumps(ctx, allow_nan=False)
+
+
+def test_cpu_trace_without_kernels():
+    ctx = build_context(cpu_diagnosis())
+    assert kernel_records(ctx) == [] and ctx["roofline"]["points"] == []
+    assert ctx["roofline"]["extent"] is None and ctx["roofline"]["roofs"] == []
+    assert ctx["device"]["assumed"] is True
+    assert ctx["verdict"]["projected_us"] is None
+    assert ctx["multi_rank"] is False and ctx["ranks"] == []
+    assert sum(b["us"] for b in ctx["verdict"]["bars"]) == 1500.0
+
+
+def test_hostile_kernel_data_is_kept_verbatim():
+    ctx = build_context(gpu_diagnosis())
+    row = [k for k in kernel_records(ctx) if k["name"] == HOSTILE][0]
+    assert row["op"] == HOSTILE_K.op and row["module"] == HOSTILE
+
+
+def test_numpy_and_odd_values_in_extras_are_made_json_safe():
+    import numpy as np
+
+    d = gpu_diagnosis(extras={"idle_breakdown": {"host_wait_us": np.float64(12.5),
+                                                 "count": np.int64(3)},
+                              "odd": {"when": object.__name__, "set": frozenset({1})}})
+    ctx = build_context(d)
+    json.dumps(ctx, allow_nan=False)
+    assert [r["value"] for r in ctx["idle"]["rows"]] == ["12.5 µs", "3"]
