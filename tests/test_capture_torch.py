@@ -1,0 +1,222 @@
+"""Capture with torch: schedule, step markers, metadata, crash notes, the context manager, and a
+2-process gloo run. Kept to a handful of small processes (the machine has 2 cores)."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parents[1]
+HAVE_PIPELINE = importlib.util.find_spec("bwdiag.pipeline") is not None
+SECRET = "tok-5e0c7e9a-never-in-a-trace"
+
+TRAIN = textwrap.dedent(
+    """
+    import sys, torch, torch.nn as nn
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    loss_fn = nn.MSELoss()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    x, y = torch.randn(8, 16), torch.randn(8, 4)
+    crash_at = int(sys.argv[1]) if len(sys.argv) > 1 else -1
+    for i in range(6):
+        loss_fn(m(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        if i == crash_at:
+            raise RuntimeError(f"crash after step {i}")
+    print("trained")
+    """
+)
+
+DECODE = textwrap.dedent(
+    """
+    import torch, torch.nn as nn
+    m = nn.Sequential(nn.Linear(8, 8), nn.Tanh()).eval()
+    pre = nn.Identity()  # a top-level module without parameters: not the model
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        for i in range(7):
+            x = m(pre(x))
+    print("decoded")
+    """
+)
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["BWDIAG_TEST_SECRET"] = SECRET
+    return env
+
+
+def _bwdiag_run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bwdiag", "run", *args],
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=180,
+    )
+
+
+def _load(path: Path) -> tuple[dict, bytes]:
+    raw = gzip.decompress(path.read_bytes())
+    return json.loads(raw), raw
+
+
+def _names(trace: dict, cat: str) -> list[str]:
+    return sorted(e["name"] for e in trace["traceEvents"] if e.get("cat") == cat)
+
+
+def _ops(trace: dict, name: str) -> list[dict]:
+    return [e for e in trace["traceEvents"] if e.get("cat") == "cpu_op" and e["name"] == name]
+
+
+def test_training_window_metadata_and_modules(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(TRAIN)
+    sched = ["--wait", "1", "--warmup", "1", "--active", "2", "--no-analyze", "-o", "out"]
+    result = _bwdiag_run(tmp_path, *sched, "train.py")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "trained\n"
+    assert all(line.startswith("bwdiag: ") for line in result.stderr.splitlines()), result.stderr
+    trace, raw = _load(tmp_path / "out" / "rank0.pt.trace.json.gz")
+    # Step i ends at its optimizer.step(): step 0 skipped, 1 warm-up, 2 and 3 recorded.
+    steps = [n for n in _names(trace, "user_annotation") if n.startswith("ProfilerStep#")]
+    assert steps == ["ProfilerStep#2", "ProfilerStep#3"]
+    # record_shapes: the first Linear is addmm(bias[32], x[8,16], W^T[16,32], beta, alpha), once
+    # per forward; W^T is the transposed view of the [32,16] weight (strides [1,16]).
+    first = [e for e in _ops(trace, "aten::addmm") if e["args"]["Input Dims"] == [[32], [8, 16], [16, 32], [], []]]
+    assert len(first) == 2
+    assert first[0]["args"]["Input Strides"][2] == [1, 16]
+    modules = {n for n in _names(trace, "user_annotation") if n.startswith("nn.Module: ")}
+    # the loss (no parameters) is top level too and named by its class only
+    assert modules == {
+        "nn.Module: Sequential", "nn.Module: 0 (Linear)", "nn.Module: 1 (ReLU)",
+        "nn.Module: 2 (Linear)", "nn.Module: MSELoss",
+    }
+    meta = trace["bwdiag"]
+    assert meta["argv"] == ["bwdiag", "run", *sched, "train.py"]
+    assert meta["schedule"] == {
+        "step_on": "auto", "wait": 1, "warmup": 1, "active": 2, "first_recorded_step": 2,
+    }
+    assert (meta["rank"], meta["world_size"], meta["steps_captured"]) == (0, 1, 2)
+    assert meta["torch_version"] == torch.__version__ and meta["device"]["kind"] == "cpu"
+    assert "note" not in meta
+    assert SECRET.encode() not in raw  # environment variables are never written
+
+
+def test_crash_inside_window_keeps_steps_and_traceback(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(TRAIN)
+    plain = subprocess.run([sys.executable, "train.py", "2"], cwd=tmp_path, capture_output=True, text=True)
+    args = ["--wait", "1", "--warmup", "1", "--active", "2", "--no-analyze", "-o", "out", "train.py", "2"]
+    result = _bwdiag_run(tmp_path, *args)
+    assert result.returncode == plain.returncode == 1
+    script_err = [l for l in result.stderr.splitlines() if not l.startswith("bwdiag: ")]
+    assert script_err == plain.stderr.splitlines()
+    assert script_err[-1] == "RuntimeError: crash after step 2"
+    trace, _ = _load(tmp_path / "out" / "rank0.pt.trace.json.gz")
+    note = "the script raised RuntimeError after 1 of 2 active steps"
+    assert trace["bwdiag"]["note"].startswith(note)
+    assert trace["bwdiag"]["steps_captured"] == 1
+    assert f"bwdiag: {note}" in result.stderr
+    assert len(_ops(trace, "aten::addmm")) == 2  # step 2's two Linears; step 3 never ran a forward
+
+
+def test_inference_steps_found_from_top_level_forward(tmp_path: Path) -> None:
+    (tmp_path / "decode.py").write_text(DECODE)
+    result = _bwdiag_run(tmp_path, "--wait", "1", "--warmup", "1", "--active", "2", "--no-analyze",
+                         "-o", "out", "decode.py")
+    assert result.returncode == 0 and result.stdout == "decoded\n"
+    assert "marking steps by the forward of Sequential" in result.stderr
+    trace, _ = _load(tmp_path / "out" / "rank0.pt.trace.json.gz")
+    steps = [e for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
+    assert sorted(e["name"] for e in steps) == ["ProfilerStep#2", "ProfilerStep#3"]
+    for step in steps:  # each recorded step holds exactly one forward: one addmm
+        inside = [e for e in _ops(trace, "aten::addmm") if step["ts"] <= e["ts"] <= step["ts"] + step["dur"]]
+        assert len(inside) == 1
+
+
+def test_profile_context_manager(tmp_path: Path) -> None:
+    import bwdiag
+    from bwdiag.errors import BwdiagError
+
+    with pytest.raises(TypeError):
+        bwdiag.profile(out=3)
+    with pytest.raises(TypeError):
+        bwdiag.profile(active="3")
+    with pytest.raises(BwdiagError):
+        bwdiag.profile(active=0)
+    with pytest.raises(BwdiagError):
+        bwdiag.profile(step_on="epoch")
+    with pytest.raises(TypeError):
+        bwdiag.profile("out")  # keyword-only
+
+    model = torch.nn.Linear(4, 4)
+    prof = bwdiag.profile(out=tmp_path / "p", wait=1, warmup=0, active=2, analyze=HAVE_PIPELINE)
+    with prof:
+        for _ in range(5):
+            model(torch.ones(3, 4))
+            prof.step()
+    assert prof.result is not None and prof.result.steps_captured == 2
+    trace, _ = _load(tmp_path / "p" / "rank0.pt.trace.json.gz")
+    assert [n for n in _names(trace, "user_annotation") if n.startswith("ProfilerStep")] == [
+        "ProfilerStep#1", "ProfilerStep#2"
+    ]
+    assert len(_ops(trace, "aten::addmm")) == 2
+    with pytest.raises(BwdiagError, match="used once"):
+        with prof:
+            pass
+    if HAVE_PIPELINE:
+        view = prof.diagnosis
+        assert view is not None
+        assert (tmp_path / "p" / "diagnosis.json").exists() and (tmp_path / "p" / "report.html").exists()
+        assert list(view.kernels.columns)[:3] == ["name", "rank", "category"]
+        assert isinstance(view.findings, list)
+        assert view.to_html().lstrip().lower().startswith("<!doctype html")
+        assert isinstance(view.summary(), str)
+
+
+DDP = textwrap.dedent(
+    """
+    import torch, torch.distributed as dist, torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = DDP(nn.Linear(8, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(4):
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    print("rank", dist.get_rank(), "done")
+    dist.destroy_process_group()
+    """
+)
+
+
+def test_two_rank_gloo_run(tmp_path: Path) -> None:
+    (tmp_path / "ddp.py").write_text(DDP)
+    analyze = [] if HAVE_PIPELINE else ["--no-analyze"]
+    result = _bwdiag_run(tmp_path, "--nproc-per-node", "2", "--wait", "1", "--warmup", "1",
+                         "--active", "2", *analyze, "-o", "out", "ddp.py")
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == ["rank 0 done", "rank 1 done"]
+    out = tmp_path / "out"
+    for rank in (0, 1):
+        trace, _ = _load(out / f"rank{rank}.pt.trace.json.gz")
+        assert trace["bwdiag"]["rank"] == rank and trace["bwdiag"]["world_size"] == 2
+        assert trace["distributedInfo"]["rank"] == rank
+        # DDP all-reduces the bucket of gradients once per step: two recorded steps
+        assert len([e for e in trace["traceEvents"] if e.get("name") == "gloo:all_reduce"]) >= 2
+    if HAVE_PIPELINE:
+        diagnosis = json.loads((out / "diagnosis.json").read_text())
+        assert sorted(diagnosis["source"]["ranks"]) == [0, 1]
+        assert (out / "report.html").exists()
