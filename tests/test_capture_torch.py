@@ -220,3 +220,68 @@ def test_two_rank_gloo_run(tmp_path: Path) -> None:
         diagnosis = json.loads((out / "diagnosis.json").read_text())
         assert sorted(diagnosis["source"]["ranks"]) == [0, 1]
         assert (out / "report.html").exists()
+
+
+def _step_spans(trace: dict) -> list[dict]:
+    return sorted(
+        (e for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")),
+        key=lambda e: e["name"],
+    )
+
+
+def _inside(trace: dict, span: dict, cat: str, name: str) -> int:
+    end = span["ts"] + span["dur"]
+    return sum(
+        1 for e in trace["traceEvents"]
+        if e.get("cat") == cat and e.get("name") == name and span["ts"] <= e["ts"] <= end
+    )
+
+
+def test_label_and_module_markers(tmp_path: Path) -> None:
+    import bwdiag
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    x = torch.ones(2, 4)
+    # label:NAME — each `record_function("my_step")` block starts a step; 5 blocks = steps 0..4.
+    with bwdiag.profile(out=tmp_path / "label", wait=1, warmup=0, active=2,
+                        step_on="label:my_step", analyze=False) as prof:
+        for _ in range(5):
+            with torch.profiler.record_function("my_step"):
+                model(x)
+    assert prof.result is not None and prof.result.steps_captured == 2
+    trace, _ = _load(tmp_path / "label" / "rank0.pt.trace.json.gz")
+    spans = _step_spans(trace)
+    assert [s["name"] for s in spans] == ["ProfilerStep#1", "ProfilerStep#2"]
+    for span in spans:  # the block that opened the step is inside it, with its one addmm
+        assert _inside(trace, span, "user_annotation", "my_step") == 1
+        assert _inside(trace, span, "cpu_op", "aten::addmm") == 1
+
+    # module:Linear — each forward of the first Linear starts a step (here nested in Sequential).
+    with bwdiag.profile(out=tmp_path / "module", wait=2, warmup=1, active=1,
+                        step_on="module:Linear", analyze=False) as prof:
+        for _ in range(6):
+            model(x)
+    trace, _ = _load(tmp_path / "module" / "rank0.pt.trace.json.gz")
+    spans = _step_spans(trace)
+    assert [s["name"] for s in spans] == ["ProfilerStep#3"]
+    assert _inside(trace, spans[0], "cpu_op", "aten::addmm") == 1
+    assert _inside(trace, spans[0], "cpu_op", "aten::relu") == 1
+
+
+def test_interrupt_inside_window_saves_what_was_captured(tmp_path: Path) -> None:
+    import bwdiag
+
+    model = torch.nn.Linear(4, 4)
+    prof = bwdiag.profile(out=tmp_path / "ki", wait=0, warmup=0, active=3, analyze=False)
+    with pytest.raises(KeyboardInterrupt):
+        with prof:
+            model(torch.ones(2, 4))
+            prof.step()
+            model(torch.ones(2, 4))
+            raise KeyboardInterrupt
+    trace, _ = _load(tmp_path / "ki" / "rank0.pt.trace.json.gz")
+    assert trace["bwdiag"]["note"].startswith(
+        "the script was interrupted (Ctrl-C) after 1 of 3 active steps"
+    )
+    assert trace["bwdiag"]["steps_captured"] == 1
+    assert len(_ops(trace, "aten::addmm")) == 2  # the complete step and the partial one

@@ -36,7 +36,10 @@ class ModuleAnnotator:
     def __init__(self, torch: ModuleType) -> None:
         from torch.nn.modules import module as nn_module
 
-        self._record_function = torch.autograd.profiler.record_function
+        # The ops behind `record_function.__enter__/__exit__`, called directly: no Python context
+        # object per module call.
+        self._enter = torch.ops.profiler._record_function_enter_new
+        self._exit = torch.ops.profiler._record_function_exit._RecordFunction
         self._names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._local = threading.local()
         self._handles = [
@@ -64,14 +67,12 @@ class ModuleAnnotator:
 
     def _pre(self, module: Any, args: Any) -> None:
         stack = self._stack()
-        span = self._record_function(PREFIX + self._name(module, top_level=not stack))
-        span.__enter__()
-        stack.append(span)
+        stack.append(self._enter(PREFIX + self._name(module, top_level=not stack), None))
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
         stack = self._stack()
         if stack:
-            stack.pop().__exit__(None, None, None)
+            self._exit(stack.pop())
 
     def remove(self) -> None:
         """Remove the hooks and close any span left open by a forward that raised."""
@@ -80,4 +81,4 @@ class ModuleAnnotator:
         self._handles.clear()
         stack = self._stack()
         while stack:
-            stack.pop().__exit__(None, None, None)
+            self._exit(stack.pop())

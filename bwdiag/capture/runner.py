@@ -56,11 +56,11 @@ def execute(target: Target, args: Sequence[str]) -> None:
     """Run the target in this process as ``__main__``; exceptions propagate unchanged."""
     sys.argv = [target.name, *args]
     if target.is_module:
-        sys.path.insert(0, os.getcwd())
+        _set_path0(os.getcwd())
         runpy.run_module(target.name, run_name="__main__", alter_sys=True)
         return
     path = os.path.abspath(target.name)
-    sys.path.insert(0, os.path.dirname(os.path.realpath(path)) if os.path.isfile(path) else path)
+    _set_path0(os.path.dirname(os.path.realpath(path)) if os.path.isfile(path) else path)
     if not os.path.isfile(path):  # a folder or zip file with __main__.py: runpy's own rules
         runpy.run_path(path, run_name="__main__")
         return
@@ -86,6 +86,19 @@ def execute(target: Target, args: Sequence[str]) -> None:
         # still need it; restore bwdiag's only if the script replaced it with something else.
         if sys.modules.get("__main__") is not main and saved is not None:
             sys.modules["__main__"] = saved
+
+
+def _set_path0(entry: str) -> None:
+    """Make ``entry`` the script's ``sys.path[0]``, in place of bwdiag's own launcher entry (the
+    ``bin`` folder of the ``bwdiag`` script, or the working directory under ``python -m bwdiag``)
+    as python would have it, unless bwdiag itself is imported from there (a source checkout):
+    then the entry stays behind the script's, so bwdiag can still import its own modules."""
+    launcher = sys.path[0] if sys.path else None
+    home = os.path.dirname(os.path.dirname(os.path.abspath(bwdiag.__file__)))
+    if launcher is not None and os.path.abspath(launcher or ".") != home:
+        sys.path[0] = entry
+    else:
+        sys.path.insert(0, entry)
 
 
 def _source_loader(path: str):

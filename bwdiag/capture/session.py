@@ -220,10 +220,12 @@ class CaptureSession:
             where = f"trace {self.trace}" if self.trace else "no trace"
             self.say(f"recorded steps {first}..{first + opts.active - 1}; {where}; profiler stopped")
             return
-        with profiler_output_filtered():
-            self._prof.step()
-        if done >= opts.warmup:
+        if done == opts.warmup:  # WARMUP -> RECORD: Kineto starts tracing and says so on fd 2
+            with profiler_output_filtered():
+                self._prof.step()
             self.phase = Phase.RECORDING
+        else:  # no Kineto transition: keep this per-step call as cheap as plain torch.profiler's
+            self._prof.step()
 
     def _add_metadata(self, steps: int, note: str | None) -> None:
         meta = capture_metadata(
