@@ -71,6 +71,41 @@ def calibrate(device: str, quick: bool) -> None:
     click.echo(calibrate_report(device, quick=quick))
 
 
+# -- offline analysis ------------------------------------------------------------------------
+
+
+def _default_out(paths: tuple[str, ...]) -> Path:
+    first = Path(paths[0])
+    stem = first.name
+    for suffix in (".gz", ".json", ".pt.trace"):
+        stem = stem.removesuffix(suffix)
+    return Path(f"bwdiag-{stem or 'trace'}")
+
+
+@main.command()
+@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path),
+              help="Output folder for diagnosis.json and report.html [default: ./bwdiag-<trace name>].")
+@click.option("--device-spec", type=click.Path(path_type=Path),
+              help="JSON file of device ceilings that overrides the table (see `bwdiag devices --json`).")
+@click.option("--force", is_flag=True, help="Overwrite outputs already in the output folder.")
+@click.option("--open", "open_report", is_flag=True, help="Open report.html in a browser when done.")
+def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | None, force: bool,
+            open_report: bool) -> None:
+    """Diagnose saved torch.profiler traces: files (.json / .json.gz) or folders of rank files."""
+    from bwdiag import pipeline
+
+    out_dir = out_dir or _default_out(traces)
+    pipeline.check_output_dir(out_dir, force=force)  # fail before the (long) analysis
+    diagnosis = pipeline.analyze(traces, device_spec=device_spec, progress=sys.stderr.isatty())
+    outputs = pipeline.write_outputs(diagnosis, out_dir, force=True)
+    pipeline.print_summary(diagnosis, outputs)
+    if open_report:
+        from bwdiag.report.files import open_in_browser
+
+        open_in_browser(outputs["html"])
+
+
 # -- capture ---------------------------------------------------------------------------------
 _RUN_SETTINGS = {
     "ignore_unknown_options": True,

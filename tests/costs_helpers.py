@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import gzip
-import json
 from functools import lru_cache
 from pathlib import Path
 
+import orjson
 import pytest
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
@@ -29,7 +29,7 @@ def need(rel: str) -> Path:
 @lru_cache(maxsize=8)
 def events(rel: str) -> tuple:
     with gzip.open(need(rel)) as fh:
-        data = json.load(fh)
+        data = orjson.loads(fh.read())
     return tuple(data["traceEvents"] if isinstance(data, dict) else data)
 
 

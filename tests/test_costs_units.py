@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 from collections import Counter
+
+import orjson
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,7 +15,7 @@ from bwdiag.costs import (Category, bwdiag_dtype, categorize_kernel, collective_
                           estimate_op, memcpy_cost, memset_cost)
 from bwdiag.costs.shapes import ShapeError, broadcast, conv_output_shape
 
-from costs_helpers import A100_TRAIN, BERT, NCCL, QWEN, RESNET, TRACES, events, linked_kernels
+from costs_helpers import BERT, NCCL, QWEN, RESNET, TRACES, events, linked_kernels, need
 
 
 def test_dtype_tables():
@@ -100,21 +103,26 @@ def test_collective_message_from_real_nccl_kernel():
 
 
 def test_every_real_kernel_name_categorized():
+    need(QWEN)
     names = Counter()
-    for rel in (QWEN, BERT, RESNET, A100_TRAIN, "hta/trace_diff/control/control.json.gz",
-                "tracelens/b200/eager_trace.json.gz", "tracelens/mi300/resnet_act_checkpoint.json.gz"):
-        for e in events(rel):
+    for path in sorted(TRACES.rglob("*.json*")):
+        raw = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
+        data = orjson.loads(raw)
+        for e in data["traceEvents"] if isinstance(data, dict) else data:
             if str(e.get("cat", "")).lower() in ("kernel", "gpu_memcpy", "gpu_memset"):
                 names[e["name"]] += 1
     cats = {n: categorize_kernel(n) for n in names}
     other = sorted(n for n, c in cats.items() if c is Category.OTHER)
     print(f"{len(other)} of {len(cats)} distinct kernel names stay OTHER:", other)
-    assert len(other) <= 0.03 * len(cats)
+    assert len(cats) > 500
+    assert len(other) <= 0.02 * len(cats)
     spot = {
         "nvjet_tst_144x128_64x6_2x1_v_bz_bias_TNN": Category.GEMM,
         "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)": Category.COMMUNICATION,
         "Memcpy HtoD (Pinned -> Device)": Category.MEMCPY,
         "Memset (Device)": Category.MEMSET,
+        "void vllm::rotary_embedding_kernel<c10::BFloat16, true>(long const*, c10::BFloat16*)": Category.ELEMENTWISE,
+        "void split_embedding_codegen_forward_unweighted_kernel<float, float, float, long, 2ul>(x)": Category.EMBEDDING,
         "triton_red_fused_add_mean_mul_pow_rsqrt_0": Category.REDUCTION,
         "triton_poi_fused__unsafe_view_mul_silu_2": Category.ELEMENTWISE,
         "MIOpenBatchNormFwdTrainSpatial": Category.NORM,
@@ -168,11 +176,11 @@ _names = st.sampled_from(sorted({"aten::mm", "aten::addmm", "aten::bmm", "aten::
                                  "aten::native_group_norm", "aten::_local_scalar_dense", "weird::op", ""}))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_names, st.one_of(st.none(), _dims), st.one_of(st.none(), _types), st.one_of(st.none(), _conc),
-       st.one_of(st.none(), st.text(max_size=5)))
-def test_garbage_never_raises(name, dims, types, conc, kernel):
-    c = estimate_op(name, dims, types, conc, None, kernel_name=kernel)
+       st.one_of(st.none(), st.text(max_size=5)), st.one_of(st.none(), _dims))
+def test_garbage_never_raises(name, dims, types, conc, kernel, strides):
+    c = estimate_op(name, dims, types, conc, strides, kernel_name=kernel)
     assert isinstance(c.category, Category)
     for v in (c.flops, c.bytes):
         assert v is None or v >= 0
@@ -185,6 +193,3 @@ def test_garbage_examples():
         c = estimate_op(*args)
         assert c.flops is None and c.bytes is None and c.note
 
-
-def test_traces_folder_location():
-    assert TRACES.name == "traces" and TRACES.parent.name == "shared"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from .model import Category
 
@@ -28,6 +29,7 @@ _KERNEL_RULES: list[tuple[str, Category]] = [
      r"|instance_?norm|gammabeta|rowwisemoments|\bbn_|_bn_|welford|norm_kernel|ln_fwd|ln_bwd|normalization", Category.NORM),
     (r"softmax|logsumexp", Category.SOFTMAX),
     (r"multi_tensor_apply|adam|adagrad|_sgd|sgd_|\\blamb\\b|lamb_|_lion|_foreach|fused_optim|optimizer", Category.OPTIMIZER),
+    (r"rotary|_rope_|^rope", Category.ELEMENTWISE),
     (r"embedding|embedding_bag|embed", Category.EMBEDDING),
     (r"index|gather|scatter|take_|put_|masked_select|nonzero|bucketize|permute_2d|permute_indices"
      r"|permute_pooled|offsets_range|recat|routing|_sum_bitmatrix|sorted_idx|unique", Category.INDEX),
@@ -80,6 +82,11 @@ def categorize_kernel(name: object) -> Category:
     """
     if not isinstance(name, str) or not name:
         return Category.OTHER
+    return _categorize_kernel(name)
+
+
+@lru_cache(maxsize=65536)
+def _categorize_kernel(name: str) -> Category:
     head = _head(name)
     if _KERNEL_RES[0][0].search(head):
         return Category.COMMUNICATION
@@ -118,10 +125,17 @@ CONV_OPS = frozenset({
 })
 _OP_RULES: list[tuple[str, Category]] = [
     (r"^(c10d|nccl|_c10d_functional|c10d_functional|symm_mem|gloo)::|record_param_comms|all_?reduce"
-     r"|all_?gather|reduce_?scatter|all_?to_?all|broadcast_$|::send$|::recv", Category.COMMUNICATION),
+     r"|all_?gather|reduce_?scatter|all_?to_?all|all2all|broadcast_$|::send$|::recv", Category.COMMUNICATION),
     (r"attention|flash_attn|_flash_|_efficient_attention|mha|fmha|sdpa|paged_attention|varlen_attn",
      Category.ATTENTION),
+    (r"^fbgemm::.*(embedding|lookup)", Category.EMBEDDING),
+    (r"^fbgemm::.*quantiz", Category.CAST),
+    (r"^fbgemm::.*(permute|bucketize|bounds_check|recat|offsets|sparse)", Category.INDEX),
+    (r"^fbgemm::.*cumsum", Category.REDUCTION),
+    (r"moe|grouped_mm|(?<!fb)gemm|matmul|::linear$|_mm$|::mm_", Category.GEMM),
+    (r"rotary|rope", Category.ELEMENTWISE),
     (r"_foreach_|_fused_adam|_fused_sgd|_fused_adagrad|optim|adam|adagrad|lamb", Category.OPTIMIZER),
+    (r"linalg_vector_norm|linalg_norm|aten::norm$|::frobenius_norm|::nuclear_norm", Category.REDUCTION),
     (r"norm(_backward)?$|norm_backward|_norm$|rms_norm|layer_norm|batch_norm|group_norm|instance_norm"
      r"|_batch_norm_impl|norm_fwd|norm_bwd", Category.NORM),
     (r"softmax", Category.SOFTMAX),
@@ -131,7 +145,7 @@ _OP_RULES: list[tuple[str, Category]] = [
     (r"sort|topk|kthvalue|unique|argsort|msort|median|mode$|searchsorted|bucketize", Category.SORT),
     (r"index|gather|scatter|take|masked_select|masked_scatter|nonzero|put_|_unsafe_index"
      r"|reshape_and_cache|permute_.*sparse|bucketize_sparse|embedding_bag", Category.INDEX),
-    (r"_local_scalar_dense|::item$|::to$|_copy_from|::pin_memory|_to_cpu", Category.MEMCPY),
+    (r"_local_scalar_dense|::item$|::is_nonzero$|_copy_from|::pin_memory|_to_cpu", Category.MEMCPY),
     (r"quant|::_to_copy$|::to$|::type_as$", Category.CAST),
     (r"copy|::cat$|::stack$|::clone$|::contiguous$|::_cat$|::hstack|::vstack|::pad|constant_pad"
      r"|reflection_pad|replication_pad|::flip$|::roll$|::repeat|::tile$|::narrow_copy|::unfold"
@@ -148,6 +162,22 @@ _OP_RULES: list[tuple[str, Category]] = [
 _OP_RES = [(re.compile(p, re.IGNORECASE), c) for p, c in _OP_RULES]
 
 
+_AUTOGRAD_PREFIX = "autograd::engine::evaluate_function: "
+_BACKWARD_NODE = re.compile(r"^([A-Z][A-Za-z0-9]*?)Backward\d*$")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def _autograd_to_aten(name: str) -> str:
+    """``"autograd::engine::evaluate_function: AddmmBackward0"`` -> ``"aten::addmm"`` (the forward op
+    whose backward the node runs); other names unchanged."""
+    if name.startswith(_AUTOGRAD_PREFIX):
+        name = name[len(_AUTOGRAD_PREFIX):]
+    m = _BACKWARD_NODE.match(name)
+    if m:
+        return "aten::" + _CAMEL.sub("_", m.group(1)).lower()
+    return name
+
+
 def categorize_op(name: object) -> Category:
     """Category of an op from its name (``"aten::addmm"`` -> GEMM). Unknown names -> OTHER.
 
@@ -156,6 +186,12 @@ def categorize_op(name: object) -> Category:
     """
     if not isinstance(name, str) or not name:
         return Category.OTHER
+    return _categorize_op(name)
+
+
+@lru_cache(maxsize=65536)
+def _categorize_op(name: str) -> Category:
+    name = _autograd_to_aten(name)
     if name in GEMM_OPS:
         return Category.GEMM
     if name in CONV_OPS:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import custom, flops, indexing, memory, norms, optim
-from .args import OpArgs
+from .args import OpArgs, _overloads
 from .categories import CONV_OPS, GEMM_OPS, categorize_op
 from .dtypes import bwdiag_dtype, element_type_from_kernel
 from .model import Category, Cost, unknown
@@ -84,7 +84,7 @@ def estimate_op(name: str, dims: list | None, types: list | None, concrete: list
         return _dispatch(a, category)
     except _ERRORS as err:
         t = types[0] if isinstance(types, list) and types else None
-        return unknown(category, f"malformed args for {name}: {err}"[:300], bwdiag_dtype(t))
+        return unknown(category, f"cannot estimate {name}: {err}"[:300], bwdiag_dtype(t))
 
 
 def _dispatch(a: OpArgs, category: Category) -> Cost:
@@ -93,6 +93,10 @@ def _dispatch(a: OpArgs, category: Category) -> Cost:
         return custom.CUSTOM[n](a)
     if not a.dims and n not in FACTORY_OPS:
         return unknown(category, f"{n}: shapes not recorded (record_shapes=False?)")
+    schemas = _overloads(n)
+    if schemas and len(a.dims) > max(len(s) for s in schemas):
+        return unknown(category, f"{n}: more arguments recorded than any schema of the op has",
+                       bwdiag_dtype(a.type(0)))
     if n in GEMM_OPS:
         return flops.gemm(a)
     if n in CONV_OPS:
@@ -138,6 +142,8 @@ def _dispatch(a: OpArgs, category: Category) -> Cost:
         if x is not None and a.elem(0) is not None and n != "record_param_comms":
             return custom.inplace_all_reduce(a)
         return unknown(Category.COMMUNICATION, "message size: use collective_message on the event args")
+    if n.startswith("triton_"):
+        return memory.triton_kernel_op(a, category)
     if n in ELEMENTWISE_OPS:
         return memory.elementwise(a, Category.RANDOM if "dropout" in n else Category.ELEMENTWISE)
     return unknown(category, f"no cost formula for {n}", bwdiag_dtype(a.type(0)))

@@ -21,13 +21,6 @@ def _registry(op: str):
     return flop_registry[getattr(torch.ops.aten, op)]
 
 
-class _Shaped:
-    """Stand-in for a tensor in the ``get_raw`` flop formulas (they read ``.shape`` only)."""
-
-    def __init__(self, shape):
-        self.shape = tuple(shape)
-
-
 def _gemm_cost(flops: int, reads: list[tuple[Shape, int]], out: Shape, out_elem: int,
                type_str: str, note: str | None = None) -> Cost:
     total = sum(numel(s) * e for s, e in reads) + numel(out) * out_elem
@@ -73,7 +66,7 @@ def gemm(a: OpArgs) -> Cost:
         reads = [(x, a.elem(0)), (w, a.elem(1))]
         for i in (2, 3, a.index("bias")):
             s = a.shape(i)
-            if s is not None:
+            if s:  # row/column-wise scales and bias; 0-dim per-tensor scales count 0 bytes
                 reads.append((s, a.elem(i)))
         return _gemm_cost(f, reads, (x[0], w[1]), dtype_bytes(out_type) or a.elem(0), t)
     if op == "linear":
@@ -193,7 +186,7 @@ def conv_backward(a: OpArgs) -> Cost:
 
 # --- attention ----------------------------------------------------------------------------------
 
-# op -> (layout, query index, is_backward); "bshd" layouts are transposed to (B, H, S, D).
+# op -> (layout, is_backward); "bshd" layouts are transposed to (B, H, S, D).
 _ATTENTION = {
     "aten::_scaled_dot_product_flash_attention": ("bhsd", False),
     "aten::_scaled_dot_product_efficient_attention": ("bhsd", False),

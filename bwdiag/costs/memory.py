@@ -230,10 +230,11 @@ def reduction(a: OpArgs) -> Cost:
         dim_i = a.index("dim")
         if dim_i is None and a.names() is None:
             return unknown(Category.REDUCTION, f"reduction dims of {a.name} not recorded", bwdiag_dtype(a.type(0)))
-        dims = a.value("dim") if dim_i is not None else None
-        if dim_i is not None and dims is None and a.concrete == () and a.type(dim_i) not in ("",):
+        if dim_i is not None and not a.concrete:
+            # older Kineto records neither the dim list ("" type) nor Concrete Inputs
             return unknown(Category.REDUCTION, "reduction dims not recorded (no Concrete Inputs)",
                            bwdiag_dtype(a.type(0)))
+        dims = a.value("dim") if dim_i is not None else None
         out = reduced_shape(x, dims, bool(keepdim))
     out_type = type_from_code(a.value("dtype")) or a.type(0)
     if op in ("all", "any"):
@@ -298,3 +299,19 @@ def pool(a: OpArgs) -> Cost:
     if "with_indices" in op:
         t.add(out, 8, "indices")
     return t.cost(float(numel(x)), bwdiag_dtype(a.type(0)), Category.REDUCTION, "1 FLOP per input element")
+
+
+def triton_kernel_op(a: OpArgs, category: Category) -> Cost:
+    """A Triton kernel recorded as an op (torch.compile with record_shapes): its arguments are the
+    kernel's buffers. Inputs and outputs are not distinguished, so every tensor argument counts as
+    touched once (a lower bound: in-place buffers are read and written)."""
+    t = Traffic()
+    seen = False
+    for i in a.tensor_indices():
+        if a.shape(i):
+            t.add(a.shape(i), a.elem(i))
+            seen = True
+    if not seen:
+        raise ShapeError("no tensor arguments")
+    return t.cost(None, bwdiag_dtype(a.type(a.tensor_indices()[0])), category,
+                  "Triton kernel: each tensor argument counted once (inputs/outputs not distinguished)")

@@ -121,6 +121,7 @@ class CollectiveRow:
     pct_of_link: float | None
     group_size: int | None = None
     dtype: str | None = None
+    regime: str | None = None  # "latency" (per-call cost dominates) | "bandwidth" | None (unknown)
 
 
 @dataclass(frozen=True)

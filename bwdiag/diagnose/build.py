@@ -1,0 +1,177 @@
+"""Turn loaded rank traces into a Diagnosis: costs → roofline → timeline → findings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from bwdiag.diagnose.activities import cpu_activities, gpu_activities
+from bwdiag.diagnose.communication import annotate_messages, collective_rows, fit_latency_bandwidth, with_regimes
+from bwdiag.diagnose.idle import idle_breakdown
+from bwdiag.diagnose.launch import launch_stats
+from bwdiag.diagnose.ranks import straggler
+from bwdiag.diagnose.kernels import group_activities, kernel_rows, place_groups
+from bwdiag.diagnose.model import (
+    TIME_KEYS,
+    Coverage,
+    Diagnosis,
+    RankSummary,
+    Source,
+    TimeBreakdown,
+)
+from bwdiag.diagnose.timeline import profiler_steps, rank_time
+from bwdiag.hardware import DeviceSpec, resolve_device
+from bwdiag.trace import RankTrace
+
+
+@dataclass
+class RankAnalysis:
+    """Everything computed for one rank; the findings rules read these (DataFrames stay in diagnose/)."""
+
+    trace: RankTrace
+    activities: pd.DataFrame  # one row per kernel / memcpy / memset (or leaf CPU op), with group + bound
+    groups: pd.DataFrame  # one row per kernel group, placed on the roofline
+    time: object  # timeline.RankTime
+    idle: dict | None = None  # idle.idle_breakdown (GPU ranks)
+    launch: dict | None = None  # launch.launch_stats (GPU ranks)
+
+
+def analyze_rank(trace: RankTrace, spec: DeviceSpec) -> RankAnalysis:
+    acts = gpu_activities(trace) if trace.is_gpu else cpu_activities(trace)
+    annotate_messages(acts, trace.ops)
+    groups = place_groups(group_activities(acts), spec) if len(acts) else pd.DataFrame(
+        columns=["bound", "total_us", "flops", "bytes"]
+    )
+    bounds = groups["bound"].reindex(acts["group"]).to_numpy(dtype=object) if len(acts) else np.array([], dtype=object)
+    acts["bound"] = bounds
+    analysis = RankAnalysis(trace, acts, groups, rank_time(acts, bounds))
+    if trace.is_gpu:
+        analysis.idle = idle_breakdown(trace, acts)
+        analysis.launch = launch_stats(acts, analysis.time.window_us, analysis.idle["host_wait_us"])
+    return analysis
+
+
+def diagnose(traces: Sequence[RankTrace], *, device_spec: Path | None = None,
+             load_warnings: Sequence[str] = ()) -> tuple[Diagnosis, list[RankAnalysis]]:
+    """Diagnose one or more ranks of the same job against the device's ceilings."""
+    warnings = list(load_warnings)
+    trace_kind = "gpu" if any(t.is_gpu for t in traces) else "cpu"
+    first = next((t for t in traces if t.is_gpu), traces[0])
+    spec, spec_warnings = resolve_device(first.device_properties if trace_kind == "gpu" else None,
+                                         override=device_spec, trace_kind=trace_kind)
+    warnings.extend(spec_warnings)
+    if trace_kind == "cpu":
+        warnings.append("CPU-only trace: leaf CPU ops are placed against the host CPU's ceilings")
+    analyses = [analyze_rank(t, spec) for t in traces]
+
+    kernels, collectives, ranks = [], [], []
+    for a in analyses:
+        kernels.extend(kernel_rows(a.groups, a.trace.rank))
+        collectives.extend(collective_rows(a.activities, a.trace.rank, spec, _world_size(a.trace)))
+        rt = a.time
+        compute_us = rt.busy_us - rt.by_bound["communication"]
+        ranks.append(RankSummary(a.trace.rank, rt.window_us, rt.busy_us, compute_us, rt.communication_us,
+                                 rt.exposed_communication_us, rt.by_bound["idle"], len(a.activities)))
+
+    fits = fit_latency_bandwidth(collectives)
+    collectives = with_regimes(collectives, fits)
+    extras = _timeline_extras(analyses, fits)
+
+    diagnosis = Diagnosis(
+        source=Source(tuple(str(t.path) for t in traces), tuple(t.rank for t in traces), trace_kind,
+                      _torch_version(traces)),
+        device=spec.to_device_info(),
+        time=_time(analyses),
+        kernels=tuple(sorted(kernels, key=lambda r: -r.total_us)),
+        collectives=tuple(collectives),
+        findings=(),
+        coverage=_coverage(analyses),
+        warnings=tuple(warnings),
+        ranks=tuple(ranks),
+        extras=extras,
+    )
+    return diagnosis, analyses
+
+
+def _timeline_extras(analyses: list[RankAnalysis], fits: dict[str, dict]) -> dict:
+    """Idle, launch, straggler and collective-fit facts for the findings and the report."""
+    extras: dict = {}
+    gpu = [a for a in analyses if a.idle is not None]
+    if gpu:
+        extras["idle"] = _mean_dict([a.idle for a in gpu])
+        extras["launch"] = _mean_dict([a.launch for a in gpu])
+        if len(gpu) > 1:
+            extras["idle_by_rank"] = {a.trace.rank: a.idle for a in gpu}
+            extras["launch_by_rank"] = {a.trace.rank: a.launch for a in gpu}
+    if fits:
+        extras["comm_fits"] = fits
+        extras["comm_fit"] = max(fits.values(), key=lambda f: f["n"])
+    comm = {a.trace.rank: a.activities.loc[a.activities["category"] == "communication", ["name", "ts", "dur"]]
+            for a in analyses}
+    who = straggler(comm)
+    if who is not None:
+        extras["straggler"] = who
+    return extras
+
+
+def _mean_dict(dicts: list[dict]) -> dict:
+    """Element-wise mean of same-shaped fact dicts (numbers averaged, lists and flags from the first)."""
+    if len(dicts) == 1:
+        return dicts[0]
+    out = {}
+    for key, first in dicts[0].items():
+        if isinstance(first, bool) or not isinstance(first, (int, float, dict)):
+            out[key] = first
+        elif isinstance(first, dict):
+            out[key] = _mean_dict([d[key] for d in dicts])
+        else:
+            out[key] = sum(d[key] for d in dicts if d.get(key) is not None) / len(dicts)
+    return out
+
+
+def _time(analyses: list[RankAnalysis]) -> TimeBreakdown:
+    n = len(analyses)
+    total = sum(a.time.window_us for a in analyses) / n
+    by_bound = {k: sum(a.time.by_bound[k] for a in analyses) / n for k in TIME_KEYS}
+    exposed = sum(a.time.exposed_communication_us for a in analyses) / n
+    comm = sum(a.time.communication_us for a in analyses)
+    overlap = None
+    if comm > 0:
+        overlap = 100.0 * (comm - sum(a.time.exposed_communication_us for a in analyses)) / comm
+    steps = profiler_steps(analyses[0].trace.tables.annotations)
+    return TimeBreakdown(total, by_bound, exposed, overlap, steps, total / steps if steps else None)
+
+
+def _coverage(analyses: list[RankAnalysis]) -> Coverage:
+    total = linked = estimated = 0.0
+    for a in analyses:
+        acts = a.activities
+        if acts.empty:
+            continue
+        dur = acts["dur"].to_numpy(float)
+        total += dur.sum()
+        linked += dur[acts["op"].to_numpy() >= 0].sum()
+        known = acts["flops"].notna().to_numpy() | acts["bytes"].notna().to_numpy()
+        estimated += dur[known].sum()
+    if total <= 0:
+        return Coverage(0.0, 0.0)
+    return Coverage(float(100.0 * linked / total), float(100.0 * estimated / total))
+
+
+def _world_size(trace: RankTrace) -> int | None:
+    info = trace.metadata.get("distributedInfo")
+    if isinstance(info, dict) and isinstance(info.get("world_size"), int):
+        return info["world_size"]
+    return None
+
+
+def _torch_version(traces: Sequence[RankTrace]) -> str | None:
+    for t in traces:
+        meta = t.metadata.get("bwdiag")
+        if isinstance(meta, dict) and isinstance(meta.get("torch_version"), str):
+            return meta["torch_version"]
+    return None

@@ -1,0 +1,83 @@
+"""GPU idle time inside the window: how much, why (HTA's split), and what on the host caused it.
+
+A gap is the time between two busy runs of the device (no kernel, memcpy or memset on any stream).
+As in HTA's idle-time breakdown, a gap is *host wait* when the work that ends it was launched only
+after the device went idle (the CPU was late), *kernel wait* when it is shorter than
+``KERNEL_WAIT_US`` (back-to-back launch overhead), and *other* otherwise (e.g. waiting on an event).
+Causes seen on the host are then measured inside the host-wait gaps: synchronisations that ended in
+the gap, data-loader spans overlapping it; pageable host-to-device copies are counted on their own.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from bwdiag.diagnose.timeline import covered_within, merged_runs
+from bwdiag.trace import RankTrace
+
+#: Gaps shorter than this between back-to-back kernels are launch overhead. HTA's default
+#: ``consecutive_kernel_delay`` is 30 ns in its ns-based frames; Kineto µs traces show 1–3 µs
+#: between dependent kernels even when the queue is full, so bwdiag uses 3 µs.
+KERNEL_WAIT_US = 3.0
+
+SYNC_CALLS = re.compile(
+    r"(?:cuda|hip|cu)(?:Device|Stream|Event|Ctx)Synchronize|cudaStreamWaitEvent|hipStreamWaitEvent|"
+    r"cudaMemcpy$|hipMemcpy$|cudaMemcpyDtoH|cuMemcpyDtoH"
+)
+DATA_LOADER = re.compile(r"DataLoader|_DataLoaderIter|dataloader", re.I)
+
+
+def idle_breakdown(trace: RankTrace, acts: pd.DataFrame) -> dict:
+    """The ``extras["idle"]`` facts for one GPU rank (all times in µs)."""
+    out = {"idle_us": 0.0, "host_wait_us": 0.0, "kernel_wait_us": 0.0, "other_us": 0.0, "gaps": 0,
+           "causes": {"sync_us": 0.0, "data_loader_us": 0.0, "pageable_memcpy_us": 0.0},
+           "pageable_memcpy_count": 0, "top_syncs": []}
+    gpu = acts[acts["kind"].isin(("kernel", "memcpy", "memset"))]
+    if gpu.empty:
+        return out
+    ts, end = gpu["ts"].to_numpy(float), gpu["end"].to_numpy(float)
+    run_s, run_e = merged_runs(ts, end)
+    gap_s, gap_e = run_e[:-1], run_s[1:]
+    keep = gap_e > gap_s
+    gap_s, gap_e = gap_s[keep], gap_e[keep]
+    gap = gap_e - gap_s
+
+    # The launch time of the work that ends each gap (earliest launch among activities starting then).
+    launch = gpu["launch_ts"].to_numpy(float)
+    first_at = pd.Series(launch).groupby(ts).min()
+    next_launch = first_at.reindex(gap_e).to_numpy(float)
+    host_wait = np.nan_to_num(next_launch, nan=-np.inf) > gap_s
+    kernel_wait = ~host_wait & (gap < KERNEL_WAIT_US)
+    other = ~host_wait & ~kernel_wait
+
+    out.update(idle_us=float(gap.sum()), host_wait_us=float(gap[host_wait].sum()),
+               kernel_wait_us=float(gap[kernel_wait].sum()), other_us=float(gap[other].sum()),
+               gaps=int(len(gap)))
+
+    rt = trace.tables.runtime
+    syncs = rt[rt["name"].str.contains(SYNC_CALLS, na=False)]
+    if len(syncs) and host_wait.any():
+        # A host-wait gap is caused by a sync when a sync call returned inside it.
+        hs, he = gap_s[host_wait], gap_e[host_wait]
+        sync_end = np.sort(syncs["end"].to_numpy(float))
+        k = np.searchsorted(sync_end, hs, side="left")
+        ended_inside = (k < len(sync_end)) & (sync_end[np.minimum(k, len(sync_end) - 1)] <= he)
+        out["causes"]["sync_us"] = float((he - hs)[ended_inside].sum())
+    if len(syncs):
+        top = syncs.groupby("name")["dur"].agg(["count", "sum"]).sort_values("sum", ascending=False).head(5)
+        out["top_syncs"] = [{"name": n, "count": int(r["count"]), "total_us": float(r["sum"])}
+                            for n, r in top.iterrows()]
+
+    ops = trace.ops
+    loader = ops[ops["name"].str.contains(DATA_LOADER, na=False)]
+    if len(loader) and len(gap):
+        runs = merged_runs(loader["ts"].to_numpy(float), loader["end"].to_numpy(float))
+        out["causes"]["data_loader_us"] = float(covered_within(gap_s, gap_e, runs).sum())
+
+    pageable = gpu[(gpu["kind"] == "memcpy") & gpu["name"].str.contains("Pageable", na=False)]
+    out["causes"]["pageable_memcpy_us"] = float(pageable["dur"].sum())
+    out["pageable_memcpy_count"] = int(len(pageable))
+    return out

@@ -1,0 +1,109 @@
+"""The whole offline path in three calls: analyze → write_outputs → print_summary.
+
+``bwdiag analyze``, ``bwdiag run`` and ``bwdiag.profile`` all go through here, so a folder written by
+a capture is reproduced exactly by ``bwdiag analyze FOLDER``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+from bwdiag.diagnose.model import Diagnosis
+from bwdiag.errors import OutputError
+
+OUTPUT_NAMES = {"json": "diagnosis.json", "html": "report.html"}
+
+
+def analyze(paths: Sequence[str | os.PathLike], *, device_spec: Path | None = None,
+            progress: bool = False) -> Diagnosis:
+    """Load the traces under ``paths`` (files and/or folders of rank files) and diagnose them."""
+    from bwdiag.diagnose.build import diagnose
+    from bwdiag.diagnose.findings import add_findings
+    from bwdiag.trace import find_trace_files, load_traces
+
+    files = find_trace_files(list(paths))
+    with _progress(progress, len(files)) as advance:
+        traces, warnings = load_traces(files, progress=advance)
+    diagnosis, analyses = diagnose(traces, device_spec=device_spec, load_warnings=warnings)
+    return add_findings(diagnosis, analyses)
+
+
+def check_output_dir(out_dir: Path, *, force: bool = False) -> None:
+    """Refuse, before any work, an output folder that would be overwritten or cannot be written.
+
+    Nothing is created here, so a refused or failed analysis leaves no empty folder behind.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists():
+        if not out_dir.is_dir():
+            raise OutputError(f"{out_dir}: exists and is not a folder; choose another -o/--out")
+        existing = [n for n in OUTPUT_NAMES.values() if (out_dir / n).exists()]
+        if existing and not force:
+            raise OutputError(
+                f"{out_dir}: already holds {', '.join(existing)}; pass --force to overwrite or choose another -o/--out"
+            )
+        target = out_dir
+    else:
+        target = next((p for p in out_dir.absolute().parents if p.exists()), Path("/"))
+        if not target.is_dir():
+            raise OutputError(f"{out_dir}: {target} is not a folder; choose another -o/--out")
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise OutputError(f"{out_dir}: {target} is not writable; choose another -o/--out")
+
+
+def write_outputs(diagnosis: Diagnosis, out_dir: Path, *, force: bool = False) -> dict[str, Path]:
+    """Write ``diagnosis.json`` and ``report.html`` into ``out_dir``, each atomically."""
+    from bwdiag.report.files import write_atomic
+    from bwdiag.report.html import render_html
+    from bwdiag.report.json_out import render_json
+
+    out_dir = Path(out_dir)
+    check_output_dir(out_dir, force=force)
+    # Render both before writing either: a rendering error leaves no half-set of outputs behind.
+    payload = {"json": render_json(diagnosis), "html": render_html(diagnosis).encode("utf-8")}
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OutputError(f"{out_dir}: cannot create the output folder ({err.strerror or err})") from None
+    outputs = {}
+    for key, data in payload.items():
+        path = out_dir / OUTPUT_NAMES[key]
+        try:
+            write_atomic(path, data)
+        except OSError as err:
+            raise OutputError(f"{path}: cannot be written ({err.strerror or err})") from None
+        outputs[key] = path
+    return outputs
+
+
+def print_summary(diagnosis: Diagnosis, outputs: dict[str, Path] | None = None, file=None) -> None:
+    """The terminal verdict: time by bound, top findings and kernels, coverage, where the files are."""
+    from bwdiag.report.terminal import print_summary as _print
+
+    _print(diagnosis, outputs=outputs, file=file)
+
+
+class _progress:
+    """A rich progress bar on stderr for multi-file loads (silent when not asked or not a terminal)."""
+
+    def __init__(self, enabled: bool, total: int):
+        self.enabled = enabled and total > 1
+        self.total = total
+        self._bar = None
+
+    def __enter__(self):
+        if not self.enabled:
+            return None
+        from rich.progress import Progress
+
+        self._bar = Progress(transient=True)
+        self._bar.__enter__()
+        task = self._bar.add_task("loading traces", total=self.total)
+        return lambda: self._bar.advance(task)
+
+    def __exit__(self, *exc):
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+        return False
