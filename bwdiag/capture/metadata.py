@@ -11,13 +11,15 @@ import json
 import os
 import platform
 import sys
-from pathlib import Path
 from typing import Any
 
 from bwdiag import __version__
 
-#: Where ``bwdiag calibrate`` keeps measured ceilings (one JSON file per device).
-CALIBRATION_DIR = Path("~/.cache/bwdiag")
+#: How module forwards are marked in the trace (see bwdiag.capture.annotate).
+MODULE_ANNOTATIONS = (
+    "user_annotation 'nn.Module: <name>' per module forward; "
+    "the names of nested spans joined with dots give the module path"
+)
 
 
 def rank_and_world() -> tuple[int, int]:
@@ -60,24 +62,28 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
-def calibrated_ceilings(device_name: str) -> dict[str, Any] | None:
-    """Ceilings measured by ``bwdiag calibrate`` on this device, if a calibration file names it."""
-    folder = CALIBRATION_DIR.expanduser()
-    if not folder.is_dir():
+def calibrated_ceilings(device: dict[str, Any]) -> dict[str, Any] | None:
+    """Ceilings ``bwdiag calibrate`` measured on this device and cached (``~/.cache/bwdiag``, or
+    ``$XDG_CACHE_HOME/bwdiag``), as stored there: ``{"file", "created", "quick", "entry", ...}``.
+
+    None when there is no calibration of this device, or its file cannot be read (a capture never
+    fails over a cache file; ``bwdiag analyze`` reports an unusable one).
+    """
+    from bwdiag.hardware.calibrate import CACHE_SCHEMA, cache_path, device_identity
+
+    spec = "cpu" if device["kind"] == "cpu" else f"cuda:{device.get('index', 0)}"
+    try:
+        identity = device_identity(spec)
+        path = cache_path(identity)
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # no calibration cached (the usual case) or unreadable
         return None
-    for path in sorted(folder.glob("*.json")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # unreadable or foreign file in the cache: not a calibration
-        if not isinstance(data, dict):
-            continue
-        name = data.get("device") or data.get("name")
-        if isinstance(name, dict):
-            name = name.get("name")
-        if name == device_name:
-            return {"file": path.name, **data}
-    return None
+    if not isinstance(record, dict) or record.get("schema") != CACHE_SCHEMA:
+        return None
+    if record.get("device_key") != identity.key:
+        return None
+    keep = ("created", "torch_version", "quick", "entry")
+    return {"file": str(path), **{k: record[k] for k in keep if k in record}}
 
 
 def capture_metadata(
@@ -106,10 +112,8 @@ def capture_metadata(
         "steps_captured": steps_captured,
         "record_shapes": True,
         "with_stack": with_stack,
-        "module_annotations": (
-            "record_function 'nn.Module: <path> (<Class>)' per module forward" if with_modules else None
-        ),
-        "calibrated": calibrated_ceilings(device["name"]),
+        "module_annotations": MODULE_ANNOTATIONS if with_modules else None,
+        "calibrated": calibrated_ceilings(device),
     }
     if note:
         meta["note"] = note

@@ -148,8 +148,7 @@ def _analyze_and_tell(out: Path, traces: list[Path], config: RunConfig) -> None:
         say_line(f"no trace to analyse; output folder: {out}")
         return
     diagnosis, outputs = analyze_traces(traces, out, force=config.force, device_spec=config.device_spec)
-    print_summary_prefixed(diagnosis, outputs)
-    say_line(f"report: {outputs.get('html', out / 'report.html')}")
+    print_summary_prefixed(diagnosis, outputs)  # ends with the json and html paths
     say_line(f"output folder: {out}")
 
 

@@ -172,6 +172,8 @@ def tabulate(events: list) -> EventTables:
             )
             if kind == "user_annotation":
                 ann_rows.append((name, "cpu", ts, dur, pid, tid))
+                if name.startswith("nn.Module: "):  # bwdiag run's module spans (capture/annotate.py)
+                    mod_rows.append((name[len("nn.Module: ") :], ts, dur, pid, tid))
         elif kind == "cuda_runtime":
             rt_rows.append((name, ts, dur, pid, tid, _int(args.get("correlation")), _int(args.get("External id"))))
         elif kind == "gpu_user_annotation":
