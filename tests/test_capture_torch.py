@@ -24,7 +24,7 @@ TRAIN = textwrap.dedent(
     """
     import sys, torch, torch.nn as nn
     torch.manual_seed(0)
-    m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    m = nn.Sequential(nn.Linear(16, 32), nn.Sequential(nn.ReLU(), nn.Linear(32, 4)))
     loss_fn = nn.MSELoss()
     opt = torch.optim.SGD(m.parameters(), lr=0.1)
     x, y = torch.randn(8, 16), torch.randn(8, 4)
@@ -97,11 +97,16 @@ def test_training_window_metadata_and_modules(tmp_path: Path) -> None:
     assert len(first) == 2
     assert first[0]["args"]["Input Strides"][2] == [1, 16]
     modules = {n for n in _names(trace, "user_annotation") if n.startswith("nn.Module: ")}
-    # the loss (no parameters) is top level too and named by its class only
-    assert modules == {
-        "nn.Module: Sequential", "nn.Module: 0 (Linear)", "nn.Module: 1 (ReLU)",
-        "nn.Module: 2 (Linear)", "nn.Module: MSELoss",
-    }
+    # Top-level modules by class (the loss has no parameters but is top level too), others by path
+    # relative to the calling module: Sequential > 1 > 1 is the inner Linear, path "1.1".
+    assert modules == {"nn.Module: Sequential", "nn.Module: 0", "nn.Module: 1", "nn.Module: MSELoss"}
+    inner = [e for e in _ops(trace, "aten::addmm") if e["args"]["Input Dims"][1] == [8, 32]][0]
+    enclosing = [
+        e["name"] for e in sorted(trace["traceEvents"], key=lambda e: e.get("ts", 0))
+        if e.get("cat") == "user_annotation" and e["name"].startswith("nn.Module: ")
+        and e["ts"] <= inner["ts"] <= e["ts"] + e["dur"]
+    ]
+    assert enclosing == ["nn.Module: Sequential", "nn.Module: 1", "nn.Module: 1"]
     meta = trace["bwdiag"]
     assert meta["argv"] == ["bwdiag", "run", *sched, "train.py"]
     assert meta["schedule"] == {
@@ -179,6 +184,7 @@ def test_profile_context_manager(tmp_path: Path) -> None:
         assert view is not None
         assert (tmp_path / "p" / "diagnosis.json").exists() and (tmp_path / "p" / "report.html").exists()
         assert list(view.kernels.columns)[:3] == ["name", "rank", "category"]
+        assert set(view.kernels["module"].dropna()) == {"Linear"}  # the module spans reach the loader
         assert isinstance(view.findings, list)
         assert view.to_html().lstrip().lower().startswith("<!doctype html")
         assert isinstance(view.summary(), str)
