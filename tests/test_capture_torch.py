@@ -291,3 +291,25 @@ def test_interrupt_inside_window_saves_what_was_captured(tmp_path: Path) -> None
     )
     assert trace["bwdiag"]["steps_captured"] == 1
     assert len(_ops(trace, "aten::addmm")) == 2  # the complete step and the partial one
+
+
+def test_time_marker_records_a_wall_clock_window(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    import bwdiag
+
+    # time:0.1 — every 0.1 s is a step: skip 1, record 1, then the timer and hooks are gone.
+    prof = bwdiag.profile(out=tmp_path / "t", wait=1, warmup=0, active=1, step_on="time:0.1",
+                          analyze=False)
+    with prof:
+        deadline = time.monotonic() + 0.6
+        while time.monotonic() < deadline:
+            torch.ones(16, 16).sum()
+    assert prof.result is not None and prof.result.steps_captured == 1
+    assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    trace, _ = _load(tmp_path / "t" / "rank0.pt.trace.json.gz")
+    (span,) = _step_spans(trace)
+    assert span["name"] == "ProfilerStep#1"
+    assert 50_000 <= span["dur"] <= 1_000_000  # about 0.1 s of wall time (µs), generous on a busy host
