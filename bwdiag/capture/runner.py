@@ -12,6 +12,7 @@ written and analysed first, whatever the ending.
 from __future__ import annotations
 
 import atexit
+import builtins
 import io
 import os
 import runpy
@@ -74,7 +75,7 @@ def execute(target: Target, args: Sequence[str]) -> None:
         __loader__=_source_loader(path),
         __package__=None,
         __spec__=None,
-        __builtins__=__builtins__,
+        __builtins__=builtins,
         __annotations__={},
     )
     saved = sys.modules.get("__main__")
