@@ -313,3 +313,28 @@ def test_time_marker_records_a_wall_clock_window(tmp_path: Path) -> None:
     (span,) = _step_spans(trace)
     assert span["name"] == "ProfilerStep#1"
     assert 50_000 <= span["dur"] <= 1_000_000  # about 0.1 s of wall time (µs), generous on a busy host
+
+
+def test_report_failure_after_the_script_keeps_its_exit_status(tmp_path: Path) -> None:
+    # After the window the script puts a folder where report.html goes: the analysis cannot write
+    # it, says so in bwdiag lines, and the script's own exit status (5) still comes out.
+    (tmp_path / "s.py").write_text(textwrap.dedent(
+        """
+        import os, sys, torch
+        m = torch.nn.Linear(4, 4)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for _ in range(3):
+            m(torch.ones(2, 4)).sum().backward(); opt.step(); opt.zero_grad()
+        os.mkdir("out/report.html")
+        print("leaving")
+        sys.exit(5)
+        """
+    ))
+    result = _bwdiag_run(tmp_path, "--wait", "0", "--warmup", "0", "--active", "1", "-o", "out", "s.py")
+    assert result.returncode == 5
+    assert result.stdout == "leaving\n"
+    lines = result.stderr.splitlines()
+    assert all(line.startswith("bwdiag: ") for line in lines), result.stderr
+    assert any(line.startswith("bwdiag: could not finish the report: OutputError") for line in lines)
+    assert "bwdiag: traces so far are in out; retry with: bwdiag analyze out" in lines
+    assert (tmp_path / "out" / "rank0.pt.trace.json.gz").exists()
