@@ -43,6 +43,7 @@
   function fmtPct(p) {
     if (!finite(p)) return "—";
     if (p > 0 && p < 0.1) return "<0.1%";
+    if (Math.abs(p) >= 1000) return Math.round(p).toLocaleString("en-US") + "%";
     return p.toFixed(1) + "%";
   }
   function fmtCount(n) { return finite(n) ? Math.round(n).toLocaleString("en-US") : "—"; }
@@ -158,22 +159,50 @@
           "memory " + fmtSI(bw, "B/s")));
       }
     }
-    var lastLabelY = -1e9, lastRidgeX = -1e9;
+    root.appendChild(labels);  /* attached now so label widths can be measured */
+    var placed = [], lastRidgeX = -1e9;
+    function overlaps(b) {
+      for (var j = 0; j < placed.length; j++) {
+        var o = placed[j];
+        if (b.x0 < o.x1 && o.x0 < b.x1 && b.y0 < o.y1 && o.y0 < b.y1) return true;
+      }
+      return false;
+    }
+    /* Each roof's label sits on its own line, from its ridge point rightwards (ridges of higher
+       roofs lie further right, so labels stagger naturally): above the line if that is free of
+       other labels and roof lines, else below it, else a little further right. */
+    for (i = 0; i < roofs.length; i++) {
+      var ry = sy(roofs[i].flops), rx = roofs[i].ridge ? Math.max(ml, sx(roofs[i].ridge)) : ml;
+      placed.push({ x0: rx, x1: ml + pw, y0: ry - 0.5, y1: ry + 0.5 });
+    }
+    function placeLabel(text, y, xmin) {
+      var node = svg("text", { x: 0, y: 0, "class": "roof-label" }, text);
+      labels.appendChild(node);
+      var w = node.getComputedTextLength(), tries = [y - 4, y + 12], b;
+      for (var xs = xmin + 6; xs + w <= ml + pw - 2; xs += 30) {
+        for (var t = 0; t < tries.length; t++) {
+          b = { x0: xs - 2, x1: xs + w + 2, y0: tries[t] - 10, y1: tries[t] + 2 };
+          if (b.y0 < mt || b.y1 > mt + ph || overlaps(b)) continue;
+          placed.push(b);
+          node.setAttribute("x", xs);
+          node.setAttribute("y", tries[t]);
+          return;
+        }
+      }
+      node.setAttribute("x", Math.max(ml + 2, Math.min(xmin + 6, ml + pw - w - 2)));  /* crowded: above its line */
+      node.setAttribute("y", y - 4);
+    }
     for (i = 0; i < roofs.length; i++) {
       var r = roofs[i], y = sy(r.flops), x0 = r.ridge ? sx(r.ridge) : ml;
-      var vector = /vector/.test(r.label) && !/,/.test(r.label);
-      g.appendChild(svg("line", { x1: x0, y1: y, x2: ml + pw, y2: y, "class": "roof" + (vector ? " vector" : "") }));
-      var ly = y - 5;
-      if (ly - lastLabelY < 12) ly = lastLabelY + 12;
-      lastLabelY = ly;
-      labels.appendChild(svg("text", { x: ml + pw - 6, y: ly, "text-anchor": "end", "class": "roof-label" }, r.label + " " + fmtSI(r.flops, "FLOP/s")));
+      g.appendChild(svg("line", { x1: x0, y1: y, x2: ml + pw, y2: y, "class": "roof" + (r.vector ? " vector" : "") }));
+      placeLabel(r.label + " " + fmtSI(r.flops, "FLOP/s"), y, Math.max(ml, x0));
       if (r.ridge && r.ridge >= E.xmin && r.ridge <= E.xmax) {
         g.appendChild(svg("line", { x1: x0, x2: x0, y1: y, y2: mt + ph, "class": "ridge-line" }));
         var c = svg("circle", { cx: x0, cy: y, r: 3.5, "class": "ridge" });
         c.appendChild(svg("title", {}, "ridge point of " + r.label + ": " + sig(r.ridge) + " FLOP/B"));
         labels.appendChild(c);
-        if (Math.abs(x0 - lastRidgeX) > 44) {
-          labels.appendChild(svg("text", { x: x0 + 4, y: mt + ph - 5, "class": "ridge-label" }, sig(r.ridge) + " FLOP/B"));
+        if (Math.abs(x0 - lastRidgeX) > 30) {
+          labels.appendChild(svg("text", { x: x0 + 3, y: mt + ph - 5, "class": "ridge-label" }, sig(r.ridge)));
           lastRidgeX = x0;
         }
       }
@@ -188,8 +217,7 @@
       pointNodes[p.k] = node;
       pg.appendChild(node);
     }
-    root.appendChild(pg);
-    root.appendChild(labels);
+    root.insertBefore(pg, labels);
     pg.addEventListener("mouseover", function (e) { var k = e.target.getAttribute("data-k"); if (k !== null) showTip(e, +k); });
     pg.addEventListener("mousemove", function (e) { if (!tip.hidden) moveTip(e); });
     pg.addEventListener("mouseout", hideTip);
@@ -205,7 +233,7 @@
       li.appendChild(document.createTextNode(b + " " + counts[b]));
       legend.appendChild(li);
     });
-    legend.appendChild(el("li", { "class": "muted" }, "size ∝ time · solid roofs: peak per dtype · dashed: vector units"));
+    legend.appendChild(el("li", { "class": "muted" }, "size ∝ time · solid roofs: peak per dtype · dashed: vector units · ridge points in FLOP/B"));
   }
   function selectPoint(k) {
     var prev = document.querySelector("#roof-points .pt.sel");

@@ -16,8 +16,10 @@ import pytest
 
 from bwdiag.diagnose.model import Diagnosis, Finding
 from bwdiag.report import render_html, write_atomic
-from tests.browser_cdp import Browser, chromium_binary
-from tests.report_fixtures import (
+pytest.importorskip("websocket", reason="the browser tests drive Chromium over websocket-client")
+
+from tests.browser_cdp import Browser, chromium_binary  # noqa: E402
+from tests.report_fixtures import (  # noqa: E402
     A100_TRAIN, ADD, COPY, CPU_ONLY, GEMM, H100_QWEN, HOSTILE, cpu_diagnosis, gpu_diagnosis, real_diagnosis,
 )
 
@@ -85,20 +87,27 @@ def test_a100_training_report(browser):
     d = real_diagnosis(A100_TRAIN)
     _load(browser, d, "a100-training")
     assert _with_estimates(d) > 0
+    if os.environ.get("BWDIAG_DOCS_SCREENSHOT"):  # the README's picture: the page as it opens
+        browser.call("Emulation.setDeviceMetricsOverride", width=1500, height=1400,
+                     deviceScaleFactor=1, mobile=False)
+        browser.evaluate("window.scrollTo(0, 0)")
+        browser.screenshot(DOCS_PNG)
+        browser.call("Emulation.setDeviceMetricsOverride", width=1360, height=1000,
+                     deviceScaleFactor=1, mobile=False)
+        assert DOCS_PNG.stat().st_size < 500_000
     _click_biggest_point(browser)
+    # Clicking the last group listed beside the chart pages the table to its row.
+    k = browser.evaluate("""(() => { const li = [...document.querySelectorAll('#unplotted-list li')].pop();
+        li.click(); return +li.getAttribute('data-k'); })()""")
+    assert browser.evaluate("document.querySelector('#k-table tr.hl').getAttribute('data-k')") == str(k)
+    page_start = k // 50 * 50  # unfiltered, sorted by time: row k sits on page k // 50
+    assert browser.evaluate("document.getElementById('k-range').textContent").startswith(
+        f"{page_start + 1}–")
     # Sorting by count puts the most-launched group first.
     browser.evaluate("document.querySelector('#k-table th[data-key=\"count\"]').click()")
     first = browser.evaluate("+document.querySelector('#k-table tbody tr').getAttribute('data-k')")
     assert d.kernels and browser.evaluate(f"bwdiagReport.data.kernels[{first}].count") == max(
         k.count for k in d.kernels)
-    if os.environ.get("BWDIAG_DOCS_SCREENSHOT"):
-        browser.evaluate("window.scrollTo(0, 0)")
-        browser.call("Emulation.setDeviceMetricsOverride", width=1360, height=1500,
-                     deviceScaleFactor=1, mobile=False)
-        browser.screenshot(DOCS_PNG)
-        browser.call("Emulation.setDeviceMetricsOverride", width=1360, height=1000,
-                     deviceScaleFactor=1, mobile=False)
-        assert DOCS_PNG.stat().st_size < 500_000
 
 
 def _hostile(d: Diagnosis) -> Diagnosis:
@@ -159,6 +168,11 @@ def test_two_rank_fixture_report(browser):
                      " s.dispatchEvent(new Event('change')); })()")
     names = browser.evaluate("[...document.querySelectorAll('#k-table td.name')].map(t => t.textContent)")
     assert names == [GEMM.name]
+    # An evidence button filters the kernel table to what it names.
+    browser.evaluate("document.querySelector('#finding-1 button.find').click()")
+    assert browser.evaluate("document.getElementById('k-filter').value") == ADD.name
+    names = browser.evaluate("[...document.querySelectorAll('#k-table td.name')].map(t => t.textContent)")
+    assert names == [ADD.name]
     # The copy button puts the fix on the clipboard and says so.
     browser.call("Browser.grantPermissions",
                  permissions=["clipboardReadWrite", "clipboardSanitizedWrite"])

@@ -98,8 +98,9 @@ def test_roofline_points_are_groups_with_flops_and_bytes():
 
 def test_roofs_merge_equal_peaks_and_place_ridges():
     r = build_context(gpu_diagnosis())["roofline"]
-    assert [(x["label"], x["flops"]) for x in r["roofs"]] == [
-        ("int8", 624e12), ("bf16, fp16", 312e12), ("tf32", 156e12), ("fp64, fp32 vector", 19.5e12)]
+    assert [(x["label"], x["flops"], x["vector"]) for x in r["roofs"]] == [
+        ("int8", 624e12, False), ("bf16, fp16", 312e12, False), ("tf32", 156e12, False),
+        ("fp64 · fp32 vector", 19.5e12, False)]
     assert r["roofs"][1]["ridge"] == pytest.approx(312e12 / 2.039e12)  # 153.0 FLOP/B
     assert r["memory_bandwidth"] == A100.memory_bandwidth
     # ADD sits at 1/12 FLOP/B -> xmin 10^floor(log10(1/24)) = 0.01; GEMM 682.7 -> xmax 10^4.
@@ -110,6 +111,15 @@ def test_roofs_merge_equal_peaks_and_place_ridges():
     assert e["ymin"] == 10.0 ** math.floor(math.log10(add_y / 2))
 
 
+def test_vector_units_sharing_a_height_share_a_label():
+    from tests.report_fixtures import A100
+
+    dev = dataclasses.replace(A100, peak_flops={"bf16": 312e12},
+                              vector_flops={"bf16": 39e12, "fp16": 39e12})
+    r = build_context(gpu_diagnosis(device=dev))["roofline"]["roofs"]
+    assert [(x["label"], x["vector"]) for x in r] == [("bf16", False), ("bf16, fp16 vector", True)]
+
+
 def test_findings_link_evidence_to_kernels():
     f = build_context(gpu_diagnosis())["findings"]
     assert [x["title"] for x in f][:2] == [
@@ -118,6 +128,15 @@ def test_findings_link_evidence_to_kernels():
                                 {"text": "model.layers.0", "find": "model.layers.0"}]
     assert f[2]["evidence"] == [{"text": HOSTILE, "find": HOSTILE}]
     assert f[0]["kind_label"] == "Fusion"
+
+
+def test_evidence_naming_a_module_prefix_links_but_sentences_do_not():
+    finding = dataclasses.replace(
+        gpu_diagnosis().findings[0],
+        evidence=("model.layers", "model.layers.7", "48× a chain of 9 ops in model.layers"))
+    f = build_context(gpu_diagnosis(findings=(finding,)))["findings"][0]
+    # "model.layers" is inside "model.layers.0.mlp"; no module contains "model.layers.7".
+    assert [e["find"] for e in f["evidence"]] == ["model.layers", None, None]
 
 
 def test_communication_and_ranks():
@@ -150,6 +169,7 @@ def test_unknown_extras_shown_generically():
     })
     ctx = build_context(d)
     assert [r["value"] for r in ctx["idle"]["rows"]] == ["10 µs", "30 µs"]
+    assert [r["share"] for r in ctx["idle"]["rows"]] == [25.0, 75.0]
     extras = {x["key"]: x for x in ctx["extras"]}
     assert set(extras) == {"launch_gaps", "queue"}
     assert extras["launch_gaps"]["tree"] == {
@@ -158,6 +178,50 @@ def test_unknown_extras_shown_generically():
     rows = extras["queue"]["tree"]["rows"]
     assert rows[0]["value"] == "42.0%"
     assert rows[1]["child"]["rows"][0]["value"] == "2 MB"
+    assert all(r["share"] is None for r in rows)  # not a breakdown: no shares
+
+
+def test_timeline_idle_extras_total_and_counts():
+    """The shape the timeline work writes under ``extras["idle"]`` (A100 trace numbers)."""
+    idle = {"idle_us": 790654.0, "host_wait_us": 13646.0, "kernel_wait_us": 2339.0,
+            "other_us": 774669.0, "gaps": 7071,
+            "causes": {"sync_us": 8393.0, "data_loader_us": 0.0},
+            "top_syncs": [{"name": "cudaDeviceSynchronize", "count": 1, "total_us": 158183.0}]}
+    tree = build_context(gpu_diagnosis(extras={"idle": idle}))["idle"]
+    rows = {r["label"]: r for r in tree["rows"]}
+    assert rows["Idle"]["value"] == "791 ms" and rows["Idle"]["share"] is None  # the whole
+    # 13,646 + 2,339 + 774,669 = 790,654: shares of the whole.
+    assert rows["Host wait"]["share"] == pytest.approx(100 * 13646 / 790654)
+    assert rows["Other"]["share"] == pytest.approx(100 * 774669 / 790654)
+    assert rows["Gaps"]["value"] == "7,071" and rows["Gaps"]["share"] is None
+    assert [r["value"] for r in rows["Causes"]["child"]["rows"]] == ["8.39 ms", "0 µs"]
+    assert rows["Top syncs"]["child"]["rows"] == [["cudaDeviceSynchronize", "1", "158 ms"]]
+
+
+def test_timeline_extras_by_rank_straggler_and_fits():
+    """Shapes the timeline work writes for two ranks (sampled 128-rank job, numbers from it)."""
+    extras = {
+        "idle_by_rank": {"0": {"idle_us": 675191.0, "gaps": 930, "top_syncs": []},
+                         "1": {"idle_us": 651136.0, "gaps": 826, "top_syncs": []}},
+        "launch": {"cpu_launch_us": 9222.0, "launch_bound": False, "top": []},
+        "straggler": {"rank": 1, "made_others_wait_us": 123301.0, "arrived_last_calls": 7,
+                      "matched_calls": 10, "wait_us_by_rank": {"0": 123301.0, "1": 106155.0}},
+        "comm_fits": {"send_recv": {"collective": "send_recv", "alpha_us": 45294.7,
+                                    "beta_bytes_per_s": 7.4e10, "n": 12, "sizes": 6}},
+        "comm_fit": {"collective": "send_recv", "alpha_us": 45294.7},
+    }
+    ctx = build_context(gpu_diagnosis(extras=extras))
+    assert ctx["idle_by_rank"] == {"kind": "table", "columns": ["Rank", "Idle", "Gaps"],
+                                   "rows": [["0", "675 ms", "930"], ["1", "651 ms", "826"]],
+                                   "more": 0}
+    assert ctx["straggler"] == {"rank": 1, "made_others_wait_us": 123301.0,
+                                "arrived_last_calls": 7, "matched_calls": 10}
+    assert ctx["comm_fits"] == [{"collective": "send_recv", "alpha_us": 45294.7,
+                                 "beta_bytes_per_s": 7.4e10, "n": 12, "sizes": 6}]
+    assert [x["key"] for x in ctx["extras"]] == ["launch"]  # the rest have their own place
+    launch = {r["label"]: r["value"] for r in ctx["extras"][0]["tree"]["rows"]}
+    assert launch == {"CPU launch": "9.22 ms", "Launch bound": "no", "Top": ""}
+    assert ctx["extras"][0]["tree"]["rows"][2]["child"] == {"kind": "text", "value": "none"}
 
 
 def test_nan_and_inf_become_none():
@@ -194,3 +258,11 @@ def test_numpy_and_odd_values_in_extras_are_made_json_safe():
     ctx = build_context(d)
     json.dumps(ctx, allow_nan=False)
     assert [r["value"] for r in ctx["idle"]["rows"]] == ["12.5 µs", "3"]
+
+
+def test_groups_above_their_roof_are_flagged():
+    fast = dataclasses.replace(ADD, pct_of_ceiling=250.0)
+    noisy = dataclasses.replace(COPY, pct_of_ceiling=105.0)  # within timing noise
+    r = build_context(gpu_diagnosis(kernels=(GEMM, fast, noisy)))["roofline"]
+    assert r["above_roof"] == {"count": 1, "max_pct": 250.0}
+    assert build_context(gpu_diagnosis())["roofline"]["above_roof"] == {"count": 0, "max_pct": None}

@@ -98,6 +98,16 @@ def test_page_shows_verdict_numbers():
     assert html.count('class="copy"') == 4
 
 
+def test_page_warns_about_groups_above_their_roof():
+    import dataclasses
+
+    d = gpu_diagnosis()
+    fast = dataclasses.replace(d.kernels[0], pct_of_ceiling=4000.0)
+    html = render_html(dataclasses.replace(d, kernels=(fast, *d.kernels[1:])))
+    assert "1 group runs faster than its ceiling allows (up to 4,000%)" in html
+    assert 'id="above-roof"' not in render_html(d)
+
+
 def test_cpu_page_renders_without_kernels():
     html = render_html(cpu_diagnosis())
     assert "assumed ceilings" in html
@@ -190,6 +200,7 @@ def test_open_in_browser_uses_file_uri(tmp_path, monkeypatch):
     page = tmp_path / "report.html"
     page.write_text("<p>x</p>")
     opened = []
+    monkeypatch.setenv("DISPLAY", ":0")
     monkeypatch.setattr("webbrowser.open", lambda url: opened.append(url) or True)
     open_in_browser(page)
     assert opened == [page.resolve().as_uri()]
@@ -197,6 +208,17 @@ def test_open_in_browser_uses_file_uri(tmp_path, monkeypatch):
         open_in_browser(tmp_path / "missing.html")
     monkeypatch.setattr("webbrowser.open", lambda url: False)
     with pytest.raises(OutputError, match="no web browser"):
+        open_in_browser(page)
+
+
+def test_open_in_browser_refuses_without_a_display(tmp_path, monkeypatch):
+    page = tmp_path / "report.html"
+    page.write_text("<p>x</p>")
+    monkeypatch.setattr("sys.platform", "linux")
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setattr("webbrowser.open", lambda url: pytest.fail("must not start a browser"))
+    with pytest.raises(OutputError, match="no display to open a browser on; copy .*report.html"):
         open_in_browser(page)
 
 
@@ -217,6 +239,7 @@ def test_fmt_units():
     assert fmt_bytes(512) == "512 B"
     assert fmt_pct(47.26) == "47.3%"
     assert fmt_pct(0.04) == "<0.1%"
+    assert fmt_pct(49689.6) == "49,690%"
     assert fmt_pct(None) == "—"
 
 
@@ -237,3 +260,16 @@ def test_page_stays_small_with_thousands_of_groups():
     html = render_html(gpu_diagnosis(kernels=rows))
     assert len(html.encode()) < 5_000_000
     assert html.count("<tr") < 100  # no server-rendered kernel rows
+
+
+def test_page_names_the_straggler_and_shows_the_fit():
+    extras = {"straggler": {"rank": 1, "made_others_wait_us": 123301.0, "arrived_last_calls": 7,
+                            "matched_calls": 10},
+              "comm_fits": {"send_recv": {"collective": "send_recv", "alpha_us": 45294.7,
+                                          "beta_bytes_per_s": 7.4e10, "n": 12, "sizes": 6}}}
+    html = render_html(gpu_diagnosis(extras=extras))
+    assert ("Rank 1 is the straggler: it arrived last at 7 of 10 matched collectives, and the "
+            "other ranks waited 123 ms for it.") in html
+    assert '<span class="tag warn">straggler</span>' in html
+    assert ('<td>send_recv</td><td class="num">45.3 ms</td><td class="num">74 GB/s</td>'
+            '<td class="num">12</td><td class="num">6</td>') in html

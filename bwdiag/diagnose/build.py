@@ -14,7 +14,7 @@ from bwdiag.diagnose.communication import annotate_messages, collective_rows, fi
 from bwdiag.diagnose.idle import idle_breakdown
 from bwdiag.diagnose.launch import launch_stats
 from bwdiag.diagnose.ranks import straggler
-from bwdiag.diagnose.kernels import group_activities, kernel_rows, place_groups
+from bwdiag.diagnose.kernels import flag_above_roof, group_activities, kernel_rows, place_groups
 from bwdiag.diagnose.model import (
     TIME_KEYS,
     Coverage,
@@ -37,6 +37,7 @@ class RankAnalysis:
     groups: pd.DataFrame  # one row per kernel group, placed on the roofline
     time: object  # timeline.RankTime
     idle: dict | None = None  # idle.idle_breakdown (GPU ranks)
+    above_roof: int = 0  # groups measured above their roof (re-classed, see kernels.flag_above_roof)
     launch: dict | None = None  # launch.launch_stats (GPU ranks)
 
 
@@ -46,9 +47,10 @@ def analyze_rank(trace: RankTrace, spec: DeviceSpec) -> RankAnalysis:
     groups = place_groups(group_activities(acts), spec) if len(acts) else pd.DataFrame(
         columns=["bound", "total_us", "flops", "bytes"]
     )
+    above = flag_above_roof(groups, spec)
     bounds = groups["bound"].reindex(acts["group"]).to_numpy(dtype=object) if len(acts) else np.array([], dtype=object)
     acts["bound"] = bounds
-    analysis = RankAnalysis(trace, acts, groups, rank_time(acts, bounds))
+    analysis = RankAnalysis(trace, acts, groups, rank_time(acts, bounds), above_roof=above)
     if trace.is_gpu:
         analysis.idle = idle_breakdown(trace, acts)
         analysis.launch = launch_stats(acts, analysis.time.window_us, analysis.idle["host_wait_us"])
@@ -67,6 +69,18 @@ def diagnose(traces: Sequence[RankTrace], *, device_spec: Path | None = None,
     if trace_kind == "cpu":
         warnings.append("CPU-only trace: leaf CPU ops are placed against the host CPU's ceilings")
     analyses = [analyze_rank(t, spec) for t in traces]
+    above = sum(a.above_roof for a in analyses)
+    if above and trace_kind == "cpu":
+        warnings.append(
+            f"{above} CPU op group(s) finish faster than this CPU could do their work: they dispatch it "
+            "elsewhere (a GPU the trace did not record?); their time is counted as dispatch overhead"
+        )
+    elif above:
+        warnings.append(
+            f"{above} kernel group(s) measured above their roof: memory-bound ones read from cache "
+            "(marked 'cache (above the HBM roof)'); any other means the estimate or the device ceilings "
+            "do not describe what ran (check the device, or pass --device-spec)"
+        )
 
     kernels, collectives, ranks = [], [], []
     for a in analyses:

@@ -86,3 +86,35 @@ def _opt(value) -> float | None:
 def _rate(amount, total_us) -> float | None:
     amount = _opt(amount)
     return amount / (total_us / 1e6) if amount is not None and total_us > 0 else None
+
+
+#: A group measured above this share of its roof cannot have done the estimated work in that time.
+ABOVE_ROOF_PCT = 120.0
+
+
+def flag_above_roof(groups: pd.DataFrame, spec: DeviceSpec) -> int:
+    """Re-class groups that beat their roof; returns how many.
+
+    On a CPU-side trace of a GPU job (no device activity recorded) an op "runs" faster than the CPU
+    could do its work because it only dispatched it: its time is dispatch overhead (latency-bound).
+    On a device, a memory-bound group above the HBM roof read its data from cache (a 13 MB copy
+    fits the A100's 40 MB L2): still memory-bound, against a roof the table does not hold. Above
+    a compute roof, the estimate does not describe what ran: bound unknown.
+    """
+    if groups.empty or "pct_of_ceiling" not in groups:
+        return 0
+    pct = pd.to_numeric(groups["pct_of_ceiling"], errors="coerce")
+    above = (pct > ABOVE_ROOF_PCT).to_numpy()
+    if not above.any():
+        return 0
+    if spec.kind == "cpu":
+        groups.loc[above, "bound"] = Bound.LATENCY.value
+        groups.loc[above, "ceiling"] = "dispatch (work not done on this CPU)"
+    else:
+        memory = above & (groups["bound"] == Bound.MEMORY.value).to_numpy()
+        groups.loc[memory, "ceiling"] = "cache (above the HBM roof)"
+        compute = above & ~memory
+        groups.loc[compute, "bound"] = Bound.UNKNOWN.value
+        groups.loc[compute, "ceiling"] = "estimate above the roof"
+    groups.loc[above, "pct_of_ceiling"] = None
+    return int(above.sum())

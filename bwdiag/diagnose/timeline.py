@@ -20,18 +20,7 @@ PRIORITY = (Bound.COMPUTE, Bound.MEMORY, Bound.LATENCY, Bound.UNKNOWN, Bound.COM
 
 def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
     """Total length covered by the union of intervals [starts[i], ends[i])."""
-    if len(starts) == 0:
-        return 0.0
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
-    # A new merged run starts where an interval begins after everything before it ended.
-    new_run = np.empty(len(s), dtype=bool)
-    new_run[0] = True
-    new_run[1:] = s[1:] > reach[:-1]
-    run_id = np.cumsum(new_run) - 1
-    run_start = s[new_run]
-    run_end = pd.Series(reach).groupby(run_id).max().to_numpy()
+    run_start, run_end = merged_runs(starts, ends)
     return float(np.sum(run_end - run_start))
 
 

@@ -21,7 +21,8 @@ from typing import Any
 
 from bwdiag.report.units import fmt_bandwidth, fmt_bytes, fmt_count, fmt_pct, fmt_si, fmt_time
 
-#: Extras whose bare numeric values are durations in µs.
+#: Extras that break a time down into parts: shown with each part's share, and their bare
+#: numbers are µs when no key in the mapping names its unit.
 TIME_VALUED_KEYS = frozenset({"idle_breakdown", "idle_breakdown_us", "idle", "idle_us"})
 
 #: Most rows a list is shown with; the rest are counted, not dropped silently.
@@ -32,10 +33,21 @@ _MAX_DEPTH = 4
 def humanize(key: str) -> str:
     """``"host_wait_us"`` -> ``"Host wait"``: a label from an identifier."""
     words = str(key).replace("-", "_").split("_")
-    if len(words) > 1 and words[-1] in {"us", "pct", "s", "per"}:
+    if len(words) > 1 and words[-1] in {"pct", "s", "per"}:
         words = words[:-1]
-    text = " ".join(w for w in words if w)
+    if len(words) > 1:
+        words = [w for w in words if w != "us"]  # the unit, shown with the value
+    words = [_ACRONYMS.get(w.lower(), w) for w in words if w]
+    text = " ".join(words)
     return text[:1].upper() + text[1:] if text else str(key)
+
+
+_ACRONYMS = {w.lower(): w for w in ("CPU", "GPU", "NCCL", "HBM", "SM", "IO", "DDP", "FSDP")}
+
+
+def names_us(key: str) -> bool:
+    """Whether an identifier says its numbers are µs (``wait_us_by_rank``, ``idle_us``)."""
+    return "us" in str(key).lower().split("_")[1:]
 
 
 def _is_number(value: Any) -> bool:
@@ -85,10 +97,12 @@ def _is_time_key(key: str, time_valued: bool) -> bool:
 def display_tree(key: str, value: Any, *, time_valued: bool | None = None, depth: int = 0) -> dict:
     """The display tree for ``extras[key] = value`` (see the module docstring)."""
     if time_valued is None:
-        time_valued = str(key).lower() in TIME_VALUED_KEYS
+        time_valued = str(key).lower() in TIME_VALUED_KEYS or names_us(key)
     if depth >= _MAX_DEPTH:
         return {"kind": "text", "value": _short(value)}
     if isinstance(value, dict):
+        if len(value) > 1 and all(isinstance(v, dict) for v in value.values()):
+            return _rows_tree(key, value, time_valued=time_valued)
         return _mapping_tree(value, time_valued=time_valued, depth=depth)
     if isinstance(value, (list, tuple)):
         return _list_tree(key, list(value), time_valued=time_valued, depth=depth)
@@ -96,23 +110,59 @@ def display_tree(key: str, value: Any, *, time_valued: bool | None = None, depth
 
 
 def _mapping_tree(value: dict, *, time_valued: bool, depth: int) -> dict:
+    # Bare numbers are µs only in a time-valued mapping that names no unit itself; once a key
+    # says ``_us``, the unsuffixed ones are counts (``gaps: 7071``).
+    bare_are_times = time_valued and not any(str(k).lower().endswith("_us") for k in value)
     times = {
-        k: v
+        k: float(v)
         for k, v in value.items()
-        if _is_number(v) and math.isfinite(v) and v >= 0 and _is_time_key(k, time_valued)
+        if _is_number(v) and math.isfinite(v) and v >= 0 and _is_time_key(k, bare_are_times)
     }
-    total = sum(times.values())
+    shares = _shares(times) if time_valued and depth == 0 else {}
     rows = []
     for k, v in value.items():
         child = None
         if isinstance(v, (dict, list, tuple)):
-            child = display_tree(k, v, time_valued=time_valued, depth=depth + 1)
+            child = display_tree(k, v, time_valued=time_valued or names_us(k), depth=depth + 1)
             text = ""
         else:
-            text = format_value(k, v, time_valued=time_valued)
-        share = 100.0 * times[k] / total if k in times and total > 0 and len(times) > 1 else None
-        rows.append({"label": humanize(k), "value": text, "share": share, "child": child})
+            text = format_value(k, v, time_valued=bare_are_times)
+        rows.append({"label": humanize(k), "value": text, "share": shares.get(k), "child": child})
     return {"kind": "kv", "rows": rows}
+
+
+def _shares(times: dict[str, float]) -> dict[str, float]:
+    """Each part's % of the whole. When one value is the sum of the others (within 1%) it is
+    the whole (``idle_us`` beside ``host_wait_us``, ``kernel_wait_us``…) and gets no share."""
+    if len(times) < 2:
+        return {}
+    total = sum(times.values())
+    for key, v in times.items():
+        rest = total - v
+        if v > 0 and abs(rest - v) <= 0.01 * v:
+            return {k: 100.0 * x / v for k, x in times.items() if k != key}
+    if total <= 0:
+        return {}
+    return {k: 100.0 * x / total for k, x in times.items()}
+
+
+def _rows_tree(key: str, value: dict, *, time_valued: bool) -> dict:
+    """A mapping of mappings (``idle_by_rank``: rank -> facts) as a table, one row per key.
+
+    Only scalar facts become columns; nested ones are summed up in the aggregate beside it."""
+    first = "Rank" if str(key).lower().endswith("by_rank") else humanize(key)
+    columns: list[str] = []
+    for inner in value.values():
+        for k, v in inner.items():
+            if not isinstance(v, (dict, list, tuple)) and k not in columns:
+                columns.append(k)
+    rows = []
+    for name, inner in list(value.items())[:MAX_LIST_ROWS]:
+        bare_are_times = time_valued and not any(str(k).lower().endswith("_us") for k in inner)
+        rows.append([str(name)] + [format_value(c, inner.get(c), time_valued=bare_are_times)
+                                   for c in columns])
+    return {"kind": "table", "columns": [first] + [humanize(c) for c in columns], "rows": rows,
+            "more": max(0, len(value) - MAX_LIST_ROWS)}
 
 
 def _list_tree(key: str, items: list, *, time_valued: bool, depth: int) -> dict:
@@ -136,6 +186,8 @@ def _list_tree(key: str, items: list, *, time_valued: bool, depth: int) -> dict:
             "rows": rows,
             "more": max(0, len(items) - MAX_LIST_ROWS),
         }
+    if not items:
+        return {"kind": "text", "value": "none"}
     shown = ", ".join(format_value(key, v, time_valued=time_valued) for v in items[:MAX_LIST_ROWS])
     if len(items) > MAX_LIST_ROWS:
         shown += f", … ({len(items) - MAX_LIST_ROWS} more)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import webbrowser
 from pathlib import Path
@@ -48,10 +49,24 @@ def _umask() -> int:
 def open_in_browser(path: Path) -> None:
     """Open a written report in the user's web browser (for ``--open``).
 
-    Raises :class:`OutputError` when the file does not exist or no browser can be started.
+    On Linux without a display (an SSH session on a GPU node) no graphical browser can start,
+    and Python's fallback would be a text browser taking over the terminal: that is refused with
+    a message saying how to view the file instead. Raises :class:`OutputError` when the file does
+    not exist or no browser can be started.
     """
     path = Path(path).resolve()
     if not path.is_file():
         raise OutputError(f"cannot open {path}: no such file")
+    if _headless():
+        raise OutputError(
+            f"no display to open a browser on; copy {path} to your machine and open it there"
+        )
     if not webbrowser.open(path.as_uri()):
         raise OutputError(f"no web browser found to open {path}; open it by hand")
+
+
+def _headless() -> bool:
+    """Linux/BSD with neither an X11 nor a Wayland display."""
+    if not sys.platform.startswith(("linux", "freebsd", "openbsd", "netbsd")):
+        return False
+    return not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))

@@ -11,7 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 from bwdiag.diagnose.model import Diagnosis
-from bwdiag.report.context import TOP_FINDINGS, build_context, kernel_records
+from bwdiag.report.context import build_context, kernel_records
+from bwdiag.report.verdict import TOP_FINDINGS
 from bwdiag.report.units import fmt_pct, fmt_time
 
 #: Colours shared in spirit with the page's CSS (``--c-compute`` …).
@@ -55,8 +56,10 @@ def print_summary(
     when = Text()
     if v["step_us"]:
         when.append(f"Step {fmt_time(v['step_us'])}", style="bold")
-        if v["steps"]:
+        if v["steps"] and v["steps"] > 1:
             when.append(f" (mean of {v['steps']} steps)", style="dim")
+        elif v["steps"]:
+            when.append(" (one step)", style="dim")
         when.append(f"  ·  window {fmt_time(v['total_us'])}", style="dim")
     else:
         when.append(f"Analysed window {fmt_time(v['total_us'])}", style="bold")
@@ -126,7 +129,7 @@ def print_summary(
     for label, path in (outputs or {}).items():
         line = Text(f"{label}: ", style="bold")
         line.append(str(path))
-        console.print(line)
+        console.print(line, soft_wrap=True)  # a path cut over two lines cannot be copied
 
 
 def _bar(bars: list[dict]) -> Text:

@@ -80,6 +80,8 @@ def fmt_pct(pct: float | None, digits: int = 1) -> str:
         return DASH
     if 0 < abs(pct) < 0.1:
         return "<0.1%"
+    if abs(pct) >= 1000:
+        return f"{pct:,.0f}%"
     return f"{pct:.{digits}f}%"
 
 

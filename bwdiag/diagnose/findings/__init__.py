@@ -1,20 +1,41 @@
 """Findings: small rules that turn roofline and timeline facts into fixes ranked by time saved.
 
-Each rule is a function ``rule(ctx: RuleContext) -> list[Finding]`` registered in ``RULES``; a rule
-that has no evidence returns nothing.
+Each rule is a function ``rule(ctx: RuleContext) -> list[Finding]`` registered in ``RULES`` (the
+modules below register theirs on import); a rule that has no evidence returns nothing. After the
+rules, the what-if (:mod:`.whatif`) combines their savings into ``extras["projected_us"]`` and
+``extras["whatif"]``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+# Import order is rule order: rules that claim specific kernels (eager attention, optimizer steps,
+# layout and cast conversions) run before the generic fusion rule, which skips what they claimed.
+from bwdiag.diagnose.findings import (  # noqa: F401, I001  (importing registers the rules)
+    attention,
+    optimizer,
+    batching,
+    conversions,
+    fusion,
+    host,
+    launch,
+    overlap,
+    precision,
+    quantization,
+)
 from bwdiag.diagnose.findings.base import RULES, RuleContext
+from bwdiag.diagnose.findings.whatif import project
 from bwdiag.diagnose.model import Diagnosis
 
 
 def add_findings(diagnosis: Diagnosis, analyses) -> Diagnosis:
-    """Run every rule and return the diagnosis with its findings sorted by estimated saving."""
+    """Run every rule; return the diagnosis with its findings sorted by estimated saving and the
+    what-if projection in ``extras``."""
     ctx = RuleContext(diagnosis, analyses)
     findings = [f for rule in RULES for f in rule(ctx)]
     findings.sort(key=lambda f: -f.est_saving_us)
-    return dataclasses.replace(diagnosis, findings=tuple(findings))
+    extras = dict(diagnosis.extras)
+    if findings:
+        extras.update(project(ctx, findings))
+    return dataclasses.replace(diagnosis, findings=tuple(findings), extras=extras)

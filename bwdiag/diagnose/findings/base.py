@@ -1,21 +1,110 @@
-"""What every findings rule receives, and the registry of rules."""
+"""What every findings rule receives, the registry of rules, and the helpers rules share.
+
+A rule builds its findings through :meth:`RuleContext.finding`, which also records *what the
+finding acts on* — the activities (per rank) or the idle time it would remove — so that the what-if
+(:mod:`bwdiag.diagnose.findings.whatif`) can combine findings without counting the same kernel
+twice or saving more time than a bound class holds.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
 
-from bwdiag.diagnose.model import Diagnosis, Finding
+import numpy as np
+import pandas as pd
+
+from bwdiag.costs.dtypes import dtype_bytes
+from bwdiag.diagnose.model import Diagnosis, Finding, FindingKind
+
+#: A finding whose saving is under this share of the window is noise, not advice ...
+MIN_SAVING_PCT = 0.5
+#: ... unless it is at least this share of the device's busy time (a trace that is mostly idle
+#: must not hide kernel-level fixes).
+MIN_SAVING_BUSY_PCT = 2.0
+
+#: Evidence lines listing modules/kernels stop after this many (the rest are counted).
+MAX_EVIDENCE_ITEMS = 5
+
+
+@dataclass(frozen=True)
+class Target:
+    """What one finding's saving comes out of.
+
+    ``acts``: rank -> row positions in that rank's ``activities`` (the kernels the fix removes or
+    speeds up); ``idle_us``: GPU idle time (mean per rank) the fix removes instead.
+    """
+
+    acts: dict[int, np.ndarray] = field(default_factory=dict)
+    idle_us: float = 0.0
 
 
 @dataclass(frozen=True)
 class RuleContext:
     diagnosis: Diagnosis  # roofline + timeline facts (typed)
     analyses: list  # list[build.RankAnalysis]: per-rank activities and groups (DataFrames)
+    targets: dict[int, Target] = field(default_factory=dict)  # id(finding) -> what it acts on
 
     @property
     def total_us(self) -> float:
         return self.diagnosis.time.total_us
+
+    @property
+    def ranks(self) -> int:
+        return max(1, len(self.analyses))
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.diagnosis.source.trace_kind == "cpu"
+
+    @property
+    def extras(self) -> dict:
+        return self.diagnosis.extras
+
+    def pct(self, saving_us: float) -> float:
+        """``saving_us`` as a share of the analysed window (mean per rank), in percent."""
+        return 100.0 * saving_us / self.total_us if self.total_us > 0 else 0.0
+
+    def claimed(self, pos: int) -> set[int]:
+        """Activity rows (of rank position ``pos``) that findings built so far act on."""
+        return {int(r) for t in self.targets.values() for r in t.acts.get(pos, ())}
+
+    def per_step(self, saving_us: float) -> str:
+        """``"1.2 ms"``, with `` (400 µs per step)`` when the window holds several profiler steps."""
+        steps = self.diagnosis.time.steps
+        text = fmt_time(saving_us)
+        return text + (f" ({fmt_time(saving_us / steps)} per step)" if steps and steps > 1 else "")
+
+    @property
+    def busy_us(self) -> float:
+        """Time the device (or CPU thread) was running something, mean per rank."""
+        ranks = self.diagnosis.ranks
+        return sum(r.busy_us for r in ranks) / len(ranks) if ranks else self.total_us
+
+    @property
+    def is_training(self) -> bool:
+        """Whether the trace has a backward pass or an optimizer step."""
+        for a in self.analyses:
+            names = a.trace.ops["name"].astype(str)
+            if names.str.contains(r"[Bb]ackward|Optimizer\.step|autograd::engine", regex=True).any():
+                return True
+        return False
+
+    def worth_reporting(self, saving_us: float) -> bool:
+        """A saving large enough to be advice: ``MIN_SAVING_PCT`` of the window, or
+        ``MIN_SAVING_BUSY_PCT`` of the busy time."""
+        if saving_us <= 0:
+            return False
+        busy = self.busy_us
+        return self.pct(saving_us) >= MIN_SAVING_PCT or (busy > 0 and 100 * saving_us / busy >= MIN_SAVING_BUSY_PCT)
+
+    def finding(self, kind: FindingKind, title: str, saving_us: float, evidence: Iterable[str], fix: str,
+                acts: dict[int, Sequence[int]] | None = None, idle_us: float = 0.0) -> Finding:
+        """Build a finding (``saving_us`` is the mean per rank) and record what it acts on."""
+        f = Finding(kind.value, title, float(saving_us), float(self.pct(saving_us)), tuple(str(e) for e in evidence), fix)
+        self.targets[id(f)] = Target({r: np.asarray(v, dtype=int) for r, v in (acts or {}).items()}, idle_us)
+        return f
 
 
 Rule = Callable[[RuleContext], list[Finding]]
@@ -26,3 +115,134 @@ def rule(fn: Rule) -> Rule:
     """Register a findings rule."""
     RULES.append(fn)
     return fn
+
+
+# -- shared helpers -------------------------------------------------------------------------------
+
+
+_COLUMNS: dict[int, tuple[pd.DataFrame, dict[str, np.ndarray]]] = {}
+
+
+def op_column(ops: pd.DataFrame, column: str) -> np.ndarray:
+    """``ops[column]`` as a numpy array, cached per table (``ops.at`` per row is slow on big traces).
+    Ops tables have a RangeIndex, so an op index is a position."""
+    entry = _COLUMNS.get(id(ops))
+    if entry is None or entry[0] is not ops:
+        entry = _COLUMNS[id(ops)] = (ops, {})
+        if len(_COLUMNS) > 16:
+            _COLUMNS.pop(next(iter(_COLUMNS)))
+    cols = entry[1]
+    if column not in cols:
+        cols[column] = ops[column].to_numpy()
+    return cols[column]
+
+
+def op_chain(ops: pd.DataFrame, idx: int, depth: int = 8) -> list[str]:
+    """Names of an op and its enclosing ops, innermost first (``aten::copy_, aten::clone, ...``)."""
+    names_col, parent_col = op_column(ops, "name"), op_column(ops, "parent")
+    names = []
+    while idx >= 0 and len(names) < depth:
+        names.append(names_col[idx])
+        idx = int(parent_col[idx])
+    return names
+
+
+def tensor_sizes(ops: pd.DataFrame, idx: int) -> list[tuple[int, int]]:
+    """(numel, bytes per element) of each dimensioned tensor argument of op ``idx``."""
+    if idx < 0:
+        return []
+    dims, types = op_column(ops, "dims")[idx], op_column(ops, "types")[idx]
+    if not isinstance(dims, list):
+        return []
+    out = []
+    for i, d in enumerate(dims):
+        if not (isinstance(d, list) and d and all(isinstance(x, int) for x in d)):
+            continue
+        size = dtype_bytes(types[i]) if isinstance(types, list) and i < len(types) else None
+        if size:
+            out.append((math.prod(d), size))
+    return out
+
+
+def output_bytes(ops: pd.DataFrame, idx: int, total_bytes: float) -> float | None:
+    """Bytes an op writes: its traffic minus its tensor inputs; an in-place / ``out=`` op (whose
+    destination is one of its arguments, e.g. ``copy_``) writes its first argument."""
+    sizes = tensor_sizes(ops, idx)
+    if not sizes or not np.isfinite(total_bytes):
+        return None
+    written = total_bytes - sum(n * s for n, s in sizes)
+    return float(written) if written > 0 else float(sizes[0][0] * sizes[0][1])
+
+
+def iteration_size(ops: pd.DataFrame, idx: int) -> int | None:
+    """The largest tensor argument's element count: the loop a fused kernel would run over."""
+    sizes = tensor_sizes(ops, idx)
+    return max(n for n, _ in sizes) if sizes else None
+
+
+def short_list(items: Iterable[str], limit: int = MAX_EVIDENCE_ITEMS) -> str:
+    """``a, b, c`` (+ ``… and N more``), keeping first-seen order and dropping repeats."""
+    seen = list(dict.fromkeys(i for i in items if i))
+    text = ", ".join(seen[:limit])
+    return text + (f", … and {len(seen) - limit} more" if len(seen) > limit else "")
+
+
+def common_prefix(paths: Iterable[str]) -> str | None:
+    """The deepest module path shared by ``paths`` (``model.layers.3.mlp``), or None."""
+    split = [p.split(".") for p in paths if isinstance(p, str) and p]
+    if not split:
+        return None
+    first = split[0]
+    n = 0
+    while n < len(first) and all(len(s) > n and s[n] == first[n] for s in split):
+        n += 1
+    return ".".join(first[:n]) or None
+
+
+def _sig(value: float) -> str:
+    text = f"{value:.3g}"
+    return text if "e" not in text else f"{value:.0f}"
+
+
+def _si(value: float, unit: str) -> str:
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{_sig(value / scale)} {prefix}{unit}"
+    return f"{_sig(value)} {unit}"
+
+
+def fmt_time(us: float) -> str:
+    """Microseconds as ``850 µs`` / ``12.3 ms`` / ``4.56 s`` (the report's convention)."""
+    if abs(us) >= 1e6:
+        return f"{_sig(us / 1e6)} s"
+    if abs(us) >= 1e3:
+        return f"{_sig(us / 1e3)} ms"
+    return f"{_sig(us)} µs"
+
+
+def fmt_bytes(n: float) -> str:
+    """``64 MB`` (decimal prefixes)."""
+    return _si(n, "B")
+
+
+def fmt_bandwidth(bps: float) -> str:
+    """``2.04 TB/s``."""
+    return _si(bps, "B/s")
+
+
+def fmt_flops(fps: float) -> str:
+    """``312 TFLOP/s``."""
+    return _si(fps, "FLOP/s")
+
+
+def kernel_label(name: str, width: int = 60) -> str:
+    """A kernel name cut to ``width`` characters for evidence text."""
+    name = str(name)
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+__all__ = [
+    "MAX_EVIDENCE_ITEMS", "MIN_SAVING_PCT", "RULES", "Rule", "RuleContext", "Target", "common_prefix",
+    "fmt_bandwidth", "fmt_bytes", "fmt_flops", "fmt_time", "iteration_size", "kernel_label", "op_chain", "output_bytes",
+    "rule", "short_list", "tensor_sizes",
+]

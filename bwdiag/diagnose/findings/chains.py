@@ -1,0 +1,139 @@
+"""Runs of consecutive memory-bound elementwise kernels on one stream (or one CPU thread).
+
+A *run* is what a fusing compiler would turn into one kernel: back-to-back pointwise / norm /
+cast / reduction / softmax / dropout kernels (or leaf CPU ops) on the same stream, each with a
+byte estimate, each reading a tensor the size of what the one before wrote (traces record shapes,
+not tensor identities: this is the dataflow test they allow). Anything else on that stream — a GEMM, a copy,
+a collective, a memcpy, a kernel without shapes — ends the run. View and allocation ops
+(``aten::view``, ``aten::empty`` …) move no data and do not end it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from bwdiag.costs import Category
+from bwdiag.diagnose.findings.base import output_bytes, tensor_sizes
+
+FUSABLE = frozenset({
+    Category.ELEMENTWISE.value, Category.NORM.value, Category.CAST.value, Category.REDUCTION.value,
+    Category.SOFTMAX.value, Category.RANDOM.value,
+})
+FUSABLE_BOUNDS = frozenset({"memory", "latency"})
+
+#: Ops that move no data (views, allocations): invisible to a run.
+NO_DATA_OPS = re.compile(
+    r"^aten::(empty|empty_strided|empty_like|as_strided|view|_unsafe_view|reshape|_reshape_alias|t|"
+    r"transpose|permute|expand|expand_as|view_as|unsqueeze|squeeze|slice|select|detach|alias|resize_|"
+    r"lift_fresh|result_type|split|chunk|unbind|narrow|numpy_T|contiguous)$"
+)
+
+#: Kernels a compiler already produced (fusing them again is not advice).
+COMPILED = re.compile(r"^triton_|fused_|_fused|cutlass|__nv_", re.I)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of fusable kernels: row positions in the rank's activities, in time order."""
+
+    rows: np.ndarray
+    bytes: float  # what the unfused kernels move
+    saved_bytes: float  # intermediates a fused kernel keeps on chip (written and read back once)
+    time_us: float  # the kernels' summed time
+
+    @property
+    def achieved_bytes_per_s(self) -> float:
+        return self.bytes / (self.time_us / 1e6)
+
+    @property
+    def saving_us(self) -> float:
+        """Saved bytes at the run's own achieved bandwidth."""
+        return self.saved_bytes / self.achieved_bytes_per_s * 1e6
+
+
+def fusable_runs(acts: pd.DataFrame, ops: pd.DataFrame, min_kernels: int = 2) -> list[Run]:
+    """Every run of at least ``min_kernels`` fusable kernels, per stream, in time order."""
+    if acts.empty:
+        return []
+    order = np.lexsort((acts["ts"].to_numpy(float), acts["stream"].astype(str).to_numpy()))
+    stream_of = acts["stream"].astype(str).to_numpy()[order]
+    kind_of = acts["kind"].to_numpy()[order]
+    name_of = acts["name"].astype(str).to_numpy()[order]
+    op_of = acts["op"].to_numpy()[order]
+    bytes_of = acts["bytes"].to_numpy(float)[order]
+    fusable = _fusable(acts)[order]
+    cols = _arrays(acts)
+    runs: list[Run] = []
+    current: list[int] = []
+    prev_out = None  # bytes the last member wrote
+    stream = None
+    for k, pos in enumerate(order):
+        if stream_of[k] != stream:
+            _close(current, cols, ops, runs, min_kernels)
+            current, prev_out, stream = [], None, stream_of[k]
+        if kind_of[k] == "memset" or (kind_of[k] == "cpu_op" and NO_DATA_OPS.match(name_of[k])):
+            continue
+        op = int(op_of[k])
+        out = output_bytes(ops, op, float(bytes_of[k])) if fusable[k] else None
+        if out is None or (prev_out is not None and not _reads(ops, op, prev_out)):
+            _close(current, cols, ops, runs, min_kernels)
+            current, prev_out = [], None
+            if out is None:
+                continue
+        current.append(int(pos))
+        prev_out = out
+    _close(current, cols, ops, runs, min_kernels)
+    return runs
+
+
+def _reads(ops: pd.DataFrame, op: int, written: float) -> bool:
+    """Whether op ``op`` could read a tensor of ``written`` bytes: one of its tensor arguments (in
+    its recorded dtype) is that size. Traces record shapes, not tensor identities; this is the
+    dataflow test they allow."""
+    return any(written == n * e for n, e in tensor_sizes(ops, op))
+
+
+def _fusable(acts: pd.DataFrame) -> np.ndarray:
+    """Per row: a memory/latency-bound pointwise-family kernel with shapes and a byte estimate."""
+    nbytes = acts["bytes"].to_numpy(float)
+    return (
+        acts["category"].isin(FUSABLE).to_numpy()
+        & acts["bound"].isin(FUSABLE_BOUNDS).to_numpy()
+        & acts["kind"].isin(("kernel", "cpu_op")).to_numpy()
+        & ~acts["graph"].fillna(False).astype(bool).to_numpy()
+        & (acts["op"].to_numpy() >= 0)
+        & np.isfinite(nbytes) & (np.nan_to_num(nbytes) > 0)
+        & ~acts["name"].astype(str).str.match(COMPILED).to_numpy()
+    )
+
+
+def _close(rows: list[int], cols: dict, ops: pd.DataFrame, runs: list[Run], min_kernels: int) -> None:
+    if len(rows) < min_kernels:
+        return
+    # Bytes per op (an op's kernels share its traffic), in time order of the op's first kernel.
+    per_op: dict[int, float] = {}
+    for r in rows:
+        op = int(cols["op"][r])
+        per_op[op] = per_op.get(op, 0.0) + float(cols["bytes"][r])
+    if len(per_op) < min_kernels or len({cols["op_name"][r] for r in rows}) < 2:
+        return  # one op repeated over many tensors is side-by-side work, not a dataflow chain
+    outs = [output_bytes(ops, op, b) for op, b in per_op.items()]
+    if any(o is None for o in outs):
+        return
+    total = sum(per_op.values())
+    first_in = next(iter(per_op.values())) - outs[0]
+    # Each intermediate is written once and read back at least once; a fused kernel still reads
+    # the first op's inputs and writes the last op's output.
+    saved = min(2.0 * sum(outs[:-1]), total - first_in - outs[-1])
+    time_us = float(sum(cols["dur"][r] for r in rows))
+    if saved > 0 and time_us > 0:
+        runs.append(Run(np.asarray(rows), total, saved, time_us))
+
+
+def _arrays(acts: pd.DataFrame) -> dict[str, np.ndarray]:
+    return {"op": acts["op"].to_numpy(), "bytes": acts["bytes"].to_numpy(float),
+            "dur": acts["dur"].to_numpy(float), "op_name": acts["op_name"].to_numpy()}

@@ -1,0 +1,136 @@
+"""Fusion: chains of memory-bound elementwise / norm / activation kernels that one kernel could do.
+
+Saving = the bytes a fused kernel would not move (each intermediate tensor written and read back)
+÷ the bandwidth the unfused kernels achieved. Runs that repeat (the same op sequence in every
+layer) are reported once, with every occurrence counted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+
+from bwdiag.diagnose.findings.base import (
+    RuleContext,
+    fmt_bandwidth,
+    fmt_bytes,
+    fmt_time,
+    rule,
+)
+from bwdiag.diagnose.findings.chains import fusable_runs
+from bwdiag.diagnose.model import Finding, FindingKind
+
+#: Most fusion findings reported (the largest patterns); the rest are summed into the last line.
+MAX_PATTERNS = 5
+
+_NORM = re.compile(r"rms_?norm|layer_?norm|group_?norm|batch_?norm|norm\b", re.I)
+_RMS_OPS = {"aten::pow", "aten::mean", "aten::rsqrt"}
+_GELU = re.compile(r"gelu", re.I)
+
+
+@rule
+def fusion(ctx: RuleContext) -> list[Finding]:
+    """Runs of unfused memory-bound kernels over same-size tensors, one finding per repeated pattern."""
+    patterns: dict[tuple, list] = defaultdict(list)  # op-name sequence -> [(rank, run)]
+    for rank_pos, a in enumerate(ctx.analyses):
+        taken = ctx.claimed(rank_pos)  # eager attention, layout copies, cast round trips: reported already
+        for run in fusable_runs(a.activities, a.trace.ops):
+            if taken.intersection(run.rows.tolist()):
+                continue
+            names = tuple(a.activities["op_name"].iloc[run.rows])
+            patterns[names].append((rank_pos, run))
+    ranked = sorted(patterns.items(), key=lambda kv: -sum(r.saving_us for _, r in kv[1]))
+    findings = []
+    for names, runs in ranked[:MAX_PATTERNS]:
+        f = _finding(ctx, names, runs)
+        if f is not None:
+            findings.append(f)
+    return findings
+
+
+def _finding(ctx: RuleContext, names: tuple, runs: list) -> Finding | None:
+    saving = sum(r.saving_us for _, r in runs) / ctx.ranks
+    if not ctx.worth_reporting(saving):
+        return None
+    a0 = ctx.analyses[runs[0][0]]
+    first = runs[0][1]
+    sub = a0.activities.iloc[first.rows]
+    modules = [_main_module(ctx.analyses[p].activities["module"].iloc[r.rows]) for p, r in runs]
+    where = _pattern_name(modules)
+    shape = _largest_shape(sub)
+    n_ops = len(dict.fromkeys(sub["op"]))
+    per_run = f"{n_ops} ops" if n_ops == len(sub) else f"{n_ops} ops ({len(sub)} kernels)"
+    bytes_total = sum(r.bytes for _, r in runs) / ctx.ranks
+    saved_total = sum(r.saved_bytes for _, r in runs) / ctx.ranks
+    time_total = sum(r.time_us for _, r in runs) / ctx.ranks
+    bw = bytes_total / (time_total / 1e6)
+    unit = "kernels" if not ctx.is_cpu else "CPU ops"
+    evidence = [
+        f"{len(runs) // ctx.ranks or 1}× a chain of {per_run} over {shape}: {_sequence(names)}",
+        f"unfused {unit} move {fmt_bytes(bytes_total)} in {fmt_time(time_total)} ({fmt_bandwidth(bw)} achieved); "
+        f"fused: {fmt_bytes(bytes_total - saved_total)} → saves {fmt_bytes(saved_total)} ÷ {fmt_bandwidth(bw)} "
+        f"= {ctx.per_step(saving)}",
+        *_table_modules(ctx, runs)[:3],
+    ]
+    title = f"Fuse {per_run} in {where}" if where else f"Fuse {per_run} ({_sequence(names)})"
+    title += (f" (×{len(runs) // ctx.ranks})" if len(runs) > ctx.ranks else "")
+    acts = defaultdict(list)
+    for p, r in runs:
+        acts[p].extend(r.rows.tolist())
+    return ctx.finding(FindingKind.FUSION, title, saving, evidence, _fix(names, modules, ctx.is_cpu), acts=acts)
+
+
+def _table_modules(ctx: RuleContext, runs: list) -> list[str]:
+    """Module paths as the kernel table shows them (each kernel group's first module), so the
+    report can link the evidence to the table rows."""
+    out: dict[str, None] = {}
+    for pos, run in runs:
+        a = ctx.analyses[pos]
+        for gid in a.activities["group"].iloc[run.rows]:
+            m = a.groups.at[gid, "module"]
+            if isinstance(m, str) and m:
+                out.setdefault(m)
+    return list(out)
+
+
+def _main_module(modules) -> str | None:
+    """The module most of a run's kernels belong to (a residual add before a norm: the norm)."""
+    known = modules.dropna()
+    return known.mode().iloc[-1] if len(known) else None
+
+
+def _sequence(names: tuple) -> str:
+    short = [str(n).removeprefix("aten::") for n in names]
+    return " → ".join(short if len(short) <= 12 else short[:11] + ["…"])
+
+
+def _pattern_name(modules: list[str | None]) -> str | None:
+    """``Qwen2Model_0.Qwen2DecoderLayer_*.Qwen2RMSNorm_*`` for the modules of a repeated pattern."""
+    known = [m for m in modules if m]
+    if not known:
+        return None
+    if len(set(known)) == 1:
+        return known[0]
+    generic = Counter(re.sub(r"(?<=[._])\d+(?=$|\.)", "*", m) for m in known)
+    return generic.most_common(1)[0][0]
+
+
+def _largest_shape(sub) -> str:
+    best = max((s for s in sub["shapes"] if isinstance(s, str)), key=len, default=None)
+    return best.split("], ")[0] + ("]" if "], " in best else "") if best else "tensors of one size"
+
+
+def _fix(names: tuple, modules: list, cpu: bool) -> str:
+    text = " ".join(str(m) for m in modules if m) + " " + " ".join(names)
+    lines = ["model = torch.compile(model)  # Inductor fuses the chain into one kernel"]
+    if "RMSNorm" in text or _RMS_OPS <= set(names):
+        lines.append("# or a fused RMSNorm: torch.nn.RMSNorm(hidden, eps=eps) (compiled), or "
+                     "from liger_kernel.transformers import LigerRMSNorm")
+    elif _NORM.search(text):
+        lines.append("# or a fused norm kernel: torch.nn.LayerNorm / F.layer_norm instead of a hand-written mean/var chain")
+    if _GELU.search(text):
+        lines.append("# bias + GELU: fold into the GEMM epilogue (torch.compile, or Transformer Engine "
+                     "te.LayerNormMLP(activation='gelu'))")
+    if cpu:
+        lines[0] = "model = torch.compile(model)  # Inductor's C++ backend fuses the chain into one loop"
+    return "\n".join(lines)

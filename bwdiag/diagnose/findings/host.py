@@ -1,0 +1,124 @@
+"""The GPU idles on the host: syncs, the data loader, pageable copies (``extras["idle"]``), and
+``Memcpy … (Pageable …)`` transfers seen in the activities themselves."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bwdiag.diagnose.findings.base import RuleContext, fmt_bytes, fmt_time, rule, short_list
+from bwdiag.diagnose.model import Finding, FindingKind
+
+
+def _idle(ctx: RuleContext) -> dict | None:
+    idle = ctx.extras.get("idle")
+    return idle if isinstance(idle, dict) else None
+
+
+def unexplained_host_wait(ctx: RuleContext) -> float:
+    """Host-wait idle (µs) that no sync or data-loader wait accounts for: the GPU waiting for
+    Python / the framework to launch the next kernel. (Pageable copies are device time, not idle.)"""
+    idle = _idle(ctx)
+    if idle is None:
+        return 0.0
+    causes = idle.get("causes") or {}
+    explained = sum(float(causes.get(k) or 0.0) for k in ("sync_us", "data_loader_us"))
+    return max(0.0, float(idle.get("host_wait_us") or 0.0) - explained)
+
+
+def looks_launch_bound(ctx: RuleContext) -> bool:
+    """Most kernels are tiny (or the timeline says launch-bound): the wait is per-launch overhead."""
+    launch = ctx.extras.get("launch")
+    if not isinstance(launch, dict) or not launch.get("kernels"):
+        return False
+    return bool(launch.get("launch_bound")) or int(launch.get("short_kernels") or 0) >= int(launch["kernels"]) / 2
+
+
+@rule
+def sync_points(ctx: RuleContext) -> list[Finding]:
+    """GPU idle caused by host synchronisation (``.item()``, ``.cpu()``, ``cudaDeviceSynchronize``)."""
+    idle = _idle(ctx)
+    if ctx.is_cpu or idle is None:
+        return []
+    saving = float((idle.get("causes") or {}).get("sync_us") or 0.0)
+    if not ctx.worth_reporting(saving):
+        return []
+    tops = idle.get("top_syncs") or []
+    evidence = [f"the GPU idles {fmt_time(saving)} while the host waits on synchronisation → {ctx.per_step(saving)}"]
+    evidence += [f"{s.get('name')}: {s.get('count')}× {fmt_time(float(s.get('total_us') or 0))}" for s in tops[:4]]
+    fix = ("# keep values on the GPU: log every N steps, not every step\n"
+           "if step % 100 == 0:\n    print(loss.item())\n"
+           "# avoid implicit syncs: torch.nonzero / boolean-mask indexing / .cpu() inside the step;\n"
+           "# find them with torch.cuda.set_sync_debug_mode(\"warn\")")
+    return [ctx.finding(FindingKind.SYNC, "Remove host sync points from the step", saving, evidence, fix,
+                        idle_us=saving)]
+
+
+@rule
+def data_loader(ctx: RuleContext) -> list[Finding]:
+    """GPU idle while the host fetches the next batch."""
+    idle = _idle(ctx)
+    if idle is None:
+        return []
+    saving = float((idle.get("causes") or {}).get("data_loader_us") or 0.0)
+    if not ctx.worth_reporting(saving):
+        return []
+    evidence = [f"the device idles {fmt_time(saving)} inside DataLoader __next__ → {ctx.per_step(saving)}"]
+    fix = ("loader = torch.utils.data.DataLoader(dataset, batch_size=bs, num_workers=8, pin_memory=True,\n"
+           "                                     persistent_workers=True, prefetch_factor=4)")
+    return [ctx.finding(FindingKind.DATA_LOADER, "Feed the GPU faster: DataLoader workers and pinned memory",
+                        saving, evidence, fix, idle_us=saving)]
+
+
+@rule
+def host_bound(ctx: RuleContext) -> list[Finding]:
+    """GPU idle waiting on the host that no specific cause explains, when kernels are not tiny
+    (tiny kernels: see the launch-overhead rule, which claims the same wait)."""
+    idle = _idle(ctx)
+    if ctx.is_cpu or idle is None or looks_launch_bound(ctx):
+        return []
+    host = float(idle.get("host_wait_us") or 0.0)
+    saving = unexplained_host_wait(ctx)
+    if not ctx.worth_reporting(saving):
+        return []
+    evidence = [
+        f"the GPU waits on the host for {fmt_time(host)} in {int(idle.get('gaps') or 0):,} gaps; "
+        f"syncs and the data loader explain {fmt_time(host - saving)}",
+        f"the rest, {ctx.per_step(saving)}, is Python / framework time between kernels",
+    ]
+    fix = ("model = torch.compile(model)  # removes Python overhead between kernels\n"
+           "# and profile the host side: python -m cProfile -o step.prof train.py / py-spy record -- python train.py")
+    return [ctx.finding(FindingKind.HOST_BOUND, "The GPU waits on Python between kernels", saving, evidence, fix,
+                        idle_us=saving)]
+
+
+@rule
+def pageable_memcpy(ctx: RuleContext) -> list[Finding]:
+    """Host↔device copies from pageable memory: staged through a bounce buffer and synchronous."""
+    if ctx.is_cpu:
+        return []
+    acts_of, time, nbytes, count = {}, 0.0, 0.0, 0
+    for pos, a in enumerate(ctx.analyses):
+        acts = a.activities
+        mask = (acts["kind"] == "memcpy").to_numpy() & acts["name"].str.contains("Pageable", na=False).to_numpy()
+        if mask.any():
+            acts_of[pos] = np.flatnonzero(mask)
+            time += float(acts.loc[mask, "dur"].sum())
+            nbytes += float(acts.loc[mask, "bytes"].fillna(0).sum())
+            count += int(mask.sum())
+    # A pinned copy runs at full link speed and asynchronously (it can overlap compute): at best
+    # the pageable copy's time leaves the critical path.
+    saving = time / ctx.ranks
+    if not count or not ctx.worth_reporting(saving):
+        return []
+    names = short_list(a.activities["name"].iloc[r].iloc[0] for a, r in
+                       ((ctx.analyses[p], rows) for p, rows in acts_of.items()))
+    evidence = [
+        f"{count} pageable copies move {fmt_bytes(nbytes / ctx.ranks)} in {fmt_time(time / ctx.ranks)} "
+        f"({fmt_bytes(nbytes / (time / 1e6))}/s): staged through a bounce buffer, synchronous with the host "
+        f"→ up to {ctx.per_step(saving)}",
+        names,
+    ]
+    fix = ("x = x.pin_memory()                     # once, or DataLoader(pin_memory=True)\n"
+           "x_gpu = x.to(\"cuda\", non_blocking=True)  # asynchronous, overlaps compute")
+    return [ctx.finding(FindingKind.MEMCPY, "Copy from pinned memory, asynchronously", saving, evidence, fix,
+                        acts=acts_of)]

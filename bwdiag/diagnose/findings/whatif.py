@@ -1,0 +1,76 @@
+"""What-if: the projected window if the top findings were applied, with savings that cannot overlap.
+
+Findings are taken largest first. Each finding's saving is scaled down by the share of its
+activities an earlier finding already claimed (the same kernel is never saved twice), then split
+over the bound classes its activities sit in (by their time) and capped by what each class has
+left — idle time for findings that act on GPU idle. The projected window is the total minus what
+survives; ``extras["projected_us"]`` holds it and ``extras["whatif"]`` the per-finding detail.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from bwdiag.diagnose.findings.base import RuleContext, Target
+from bwdiag.diagnose.model import TIME_KEYS, Finding
+
+#: How many findings the projection applies (the report lists the top ones first).
+TOP_FINDINGS = 10
+
+
+def project(ctx: RuleContext, findings: list[Finding]) -> dict:
+    """``{"projected_us", "whatif"}`` for the top findings (already sorted by saving)."""
+    total = ctx.total_us
+    left = {k: float(ctx.diagnosis.time.by_bound.get(k, 0.0)) for k in TIME_KEYS}
+    claimed: dict[int, set[int]] = defaultdict(set)
+    applied, saved = [], 0.0
+    for f in findings[:TOP_FINDINGS]:
+        target = ctx.targets.get(id(f), Target())
+        by_class = _by_class(ctx, target, claimed)
+        want = f.est_saving_us * by_class.pop("_fresh_share", 1.0)
+        weight = sum(by_class.values())
+        take = 0.0
+        for key, part in by_class.items():
+            share = want * part / weight if weight > 0 else 0.0
+            got = min(share, left.get(key, 0.0))
+            left[key] = left.get(key, 0.0) - got
+            take += got
+        if weight <= 0:  # nothing known about where it acts: cap by the window only
+            take = min(want, total - saved)
+        take = min(take, max(0.0, total - saved))
+        saved += take
+        applied.append({"kind": f.kind, "title": f.title, "est_saving_us": float(f.est_saving_us),
+                        "applied_us": float(take), "capped": bool(take < f.est_saving_us - 1e-6)})
+    projected = float(max(0.0, total - saved))
+    saved = float(saved)
+    return {"projected_us": projected,
+            "whatif": {"findings": applied, "total_us": total, "saved_us": saved, "projected_us": projected,
+                       "speedup": float(total / projected) if projected > 0 else None}}
+
+
+def _by_class(ctx: RuleContext, target: Target, claimed: dict[int, set[int]]) -> dict[str, float]:
+    """µs (mean per rank) of the finding's not-yet-claimed activities per bound class, plus idle;
+    ``_fresh_share`` is the share of its activity time no earlier finding claimed."""
+    out: dict[str, float] = defaultdict(float)
+    fresh = whole = 0.0
+    for pos, rows in target.acts.items():
+        if not len(rows):
+            continue
+        a = ctx.analyses[pos]
+        rows = np.unique(rows)
+        dur = a.activities["dur"].to_numpy(float)[rows]
+        bound = a.activities["bound"].to_numpy(dtype=object)[rows]
+        new = np.array([r not in claimed[pos] for r in rows])
+        whole += dur.sum()
+        fresh += dur[new].sum()
+        for b, d in zip(bound[new], dur[new]):
+            out[b if b in TIME_KEYS else "unknown"] += d / ctx.ranks
+        claimed[pos].update(rows.tolist())
+    if target.idle_us:
+        out["idle"] += target.idle_us
+    result = dict(out)
+    if whole > 0:
+        result["_fresh_share"] = (fresh + target.idle_us * ctx.ranks) / (whole + target.idle_us * ctx.ranks)
+    return result

@@ -1,0 +1,121 @@
+"""The verdict at the top of the page: time by bound, what dominates, the top findings and the
+step time projected once they are fixed."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from bwdiag.diagnose.model import TIME_KEYS, Diagnosis, FindingKind
+from bwdiag.report.values import clean, num
+
+#: Legend labels for ``time.by_bound`` keys (communication there is the *exposed* part).
+TIME_LABELS = {
+    "compute": "Compute",
+    "memory": "Memory",
+    "latency": "Latency",
+    "communication": "Exposed communication",
+    "idle": "Idle",
+    "unknown": "Unknown",
+}
+
+#: One sentence per dominant bound: what it means for the step.
+HEADLINES = {
+    "compute": "Compute-bound: most time is in kernels limited by the FLOP/s ceiling",
+    "memory": "Memory-bound: most time is in kernels limited by memory bandwidth",
+    "latency": "Latency-bound: most time is in kernels too small to fill the device",
+    "communication": "Communication-bound: most time is communication not hidden behind compute",
+    "idle": "Device idle: most of the time the device waits for the host, input or a sync",
+    "unknown": "Mostly unclassified: most time is in kernels bwdiag has no cost estimate for",
+}
+
+#: The slices of the step each kind of finding can shorten; a projection never saves more time
+#: from a slice than the slice holds. Kinds not listed are capped only by the total.
+FINDING_ACTS_ON: dict[str, tuple[str, ...]] = {
+    FindingKind.FUSION.value: ("memory", "latency"),
+    FindingKind.QUANTIZATION.value: ("compute", "memory"),
+    FindingKind.PRECISION.value: ("compute", "memory"),
+    FindingKind.LAYOUT.value: ("compute", "memory"),
+    FindingKind.CAST.value: ("memory", "latency"),
+    FindingKind.OVERLAP.value: ("communication",),
+    FindingKind.LAUNCH_OVERHEAD.value: ("latency", "idle"),
+    FindingKind.BATCHING.value: ("latency", "idle"),
+    FindingKind.HOST_BOUND.value: ("idle",),
+    FindingKind.DATA_LOADER.value: ("idle",),
+    FindingKind.SYNC.value: ("idle",),
+}
+
+#: Findings named in the verdict (the rest are counted there and listed below).
+TOP_FINDINGS = 3
+
+
+def build_verdict(d: Diagnosis) -> dict:
+    """Time by bound, the dominant bound and its headline, top findings and the projection."""
+    total = num(d.time.total_us)
+    bars = []
+    for key in TIME_KEYS:
+        us = num(d.time.by_bound.get(key, 0.0))
+        bars.append(
+            {"key": key, "label": TIME_LABELS[key], "us": us,
+             "pct": 100.0 * us / total if total > 0 else 0.0}
+        )
+    dominant = max(bars, key=lambda b: b["us"]) if total > 0 else None
+    findings = sorted(d.findings, key=lambda f: -num(f.est_saving_us))
+    projected = projected_time(d)
+    step_us = clean(d.time.step_us)
+    verdict: dict[str, Any] = {
+        "total_us": total,
+        "steps": d.time.steps,
+        "step_us": step_us,
+        "bars": bars,
+        "dominant": dominant["key"] if dominant else None,
+        "dominant_pct": dominant["pct"] if dominant else None,
+        "headline": HEADLINES[dominant["key"]] if dominant else "No time in the analysed window",
+        "top_findings": [
+            {"kind": f.kind, "title": f.title, "saving_us": f.est_saving_us,
+             "saving_pct": f.est_saving_pct}
+            for f in findings[:TOP_FINDINGS]
+        ],
+        "more_findings": max(0, len(findings) - TOP_FINDINGS),
+        "projected_us": projected,
+        "projected_step_us": None,
+        "saving_pct": None,
+        "speedup": None,
+    }
+    if projected is not None and total > 0:
+        verdict["saving_pct"] = 100.0 * (total - projected) / total
+        verdict["speedup"] = total / projected if projected > 0 else None
+        if step_us:
+            verdict["projected_step_us"] = step_us * projected / total
+    return verdict
+
+
+def projected_time(d: Diagnosis) -> float | None:
+    """The window's time if every finding were fixed; ``None`` when there are no findings.
+
+    ``extras["projected_us"]`` (computed by the findings work, which knows how findings overlap)
+    wins when present. Otherwise: total minus the findings' savings, where each finding draws
+    only on the slices of time it acts on (``FINDING_ACTS_ON``), largest saving first, so that
+    three fusion findings cannot together save more memory-bound time than the step has.
+    """
+    if not d.findings:
+        return None
+    given = d.extras.get("projected_us")
+    if isinstance(given, (int, float)) and not isinstance(given, bool) and math.isfinite(given):
+        return float(given)
+    total = num(d.time.total_us)
+    left = {key: num(d.time.by_bound.get(key, 0.0)) for key in TIME_KEYS}
+    saved = 0.0
+    for f in sorted(d.findings, key=lambda f: -num(f.est_saving_us)):
+        want = max(0.0, num(f.est_saving_us))
+        slices = FINDING_ACTS_ON.get(f.kind)
+        if slices is None:
+            take = want
+        else:
+            take = 0.0
+            for key in slices:
+                part = min(want - take, left[key])
+                left[key] -= part
+                take += part
+        saved += take
+    return max(0.0, total - min(saved, total))

@@ -1,0 +1,96 @@
+"""Findings on CPU workloads the project records itself (tests/data/make_cpu_traces.py).
+
+Savings are checked by hand against the raw trace: durations of the named ops, bytes from shapes.
+On a CPU-only trace, GPU-only advice (CUDA graphs, tensor cores, collectives overlap) never appears.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from tests.findings_helpers import DATA, analysed, by_kind
+
+GPU_ONLY = {"launch_overhead", "overlap", "precision", "quantization", "sync", "memcpy", "host_bound"}
+
+
+def _raw_ops(name: str) -> list[dict]:
+    with gzip.open(DATA / name, "rt") as fh:
+        events = json.load(fh)["traceEvents"]
+    return [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+
+
+def _dur(name: str, *ops: str) -> float:
+    return sum(e["dur"] for e in _raw_ops(name) if e["name"] in ops)
+
+
+def test_elementwise_chain_is_fusion_first():
+    name = "cpu_elementwise_chain.json.gz"
+    d, _ = analysed(DATA / name)
+    assert d.source.trace_kind == "cpu"
+    top = d.findings[0]
+    assert top.kind == "fusion"
+    assert "mul → add → tanh → mul → sigmoid" in top.title and "(×3)" in top.title
+    # Per step, T = 1024·1024·4 bytes: mul 3T, add 3T, tanh 2T, mul 3T, sigmoid 2T = 13T moved;
+    # a fused loop skips writing and re-reading the 4 intermediates: 8T saved, at the same bandwidth.
+    chain_us = _dur(name, "aten::mul", "aten::add", "aten::tanh", "aten::sigmoid")
+    assert top.est_saving_us == pytest.approx(chain_us * 8 / 13, rel=1e-6)
+    t = 1024 * 1024 * 4
+    assert f"move {3 * 13 * t / 1e6:.0f} MB" in top.evidence[1]  # 164 MB over the three steps
+    assert "torch.compile" in top.fix and "C++" in top.fix
+    assert not GPU_ONLY & {f.kind for f in d.findings}
+    assert not by_kind(d, "layout") and not by_kind(d, "cast")
+
+
+def test_eager_attention_is_reported_once():
+    name = "cpu_attention.json.gz"
+    d, _ = analysed(DATA / name)
+    (att,) = [f for f in d.findings if "attention" in f.title]
+    assert att.kind == "fusion" and d.findings[0] is att
+    # The kernels between the two bmms only move the [8, 256, 256] fp32 score tensor: div and softmax.
+    assert att.est_saving_us == pytest.approx(_dur(name, "aten::div", "aten::softmax"), rel=1e-6)
+    assert "bmm → div → softmax → bmm" in att.evidence[0] and "f32[8, 256, 256]" in att.evidence[0]
+    assert "scaled_dot_product_attention" in att.fix
+    # div → softmax is not reported a second time as a plain elementwise chain.
+    assert [f for f in by_kind(d, "fusion") if f is not att] == []
+    assert not GPU_ONLY & {f.kind for f in d.findings}
+
+
+def test_cast_round_trip_and_materialised_permute():
+    name = "cpu_conversions.json.gz"
+    d, _ = analysed(DATA / name)
+    (cast,) = by_kind(d, "cast")
+    (layout,) = by_kind(d, "layout")
+    assert cast.title == "Remove fp32 ↔ bf16 round trips"
+    assert cast.est_saving_us == pytest.approx(_dur(name, "aten::to"), rel=1e-6)  # both casts, 3 steps
+    assert "1,048,576-element" in cast.evidence[0]
+    assert layout.est_saving_us == pytest.approx(_dur(name, "aten::contiguous"), rel=1e-6)
+    assert "3 copies materialising a transpose/permute" in layout.evidence[0]
+    assert not by_kind(d, "fusion")
+    assert [f.est_saving_us for f in d.findings] == sorted((f.est_saving_us for f in d.findings), reverse=True)
+
+
+def test_whatif_on_cpu_chain():
+    d, _ = analysed(DATA / "cpu_elementwise_chain.json.gz")
+    w = d.extras["whatif"]
+    (only,) = w["findings"]
+    assert only["applied_us"] == pytest.approx(d.findings[0].est_saving_us)  # within the memory class
+    assert d.extras["projected_us"] == pytest.approx(d.time.total_us - only["applied_us"])
+    assert w["speedup"] == pytest.approx(d.time.total_us / d.extras["projected_us"])
+
+
+def test_per_parameter_adamw_gets_fused_step():
+    name = "cpu_adamw.json.gz"
+    d, _ = analysed(DATA / name)
+    (opt,) = [f for f in d.findings if "AdamW" in f.title]
+    assert opt.kind == "fusion" and d.findings[0] is opt
+    assert "fused=True" in opt.fix and "torch.optim.AdamW" in opt.fix
+    # Parameters: W1 [1024, 512], b1 [1024], W2 [512, 1024], b2 [512]; fp32; three steps.
+    p = 1024 * 512 + 1024 + 512 * 1024 + 512
+    fused = 3 * 7 * p * 4
+    assert f"= {fused / 1e6:.1f} MB" in opt.evidence[1]  # 88.2 MB
+    assert "12 parameter updates" in opt.evidence[0]
+    # No second report of the same kernels as plain elementwise chains.
+    assert [f.title for f in by_kind(d, "fusion")] == [opt.title]

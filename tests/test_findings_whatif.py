@@ -1,0 +1,93 @@
+"""The what-if projection and the rules' behaviour when evidence (or a timeline fact) is missing."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from bwdiag.diagnose.findings import RULES, add_findings
+from bwdiag.diagnose.findings.base import RuleContext
+from bwdiag.diagnose.findings.whatif import project
+from bwdiag.diagnose.model import FindingKind
+from tests.conftest import A100_TRAIN, H100_BERT, H100_QWEN, shared_trace
+from tests.findings_helpers import DATA, analysed, by_kind
+
+
+def _ctx(rel_or_path):
+    d, analyses = analysed(rel_or_path)
+    return RuleContext(dataclasses.replace(d, findings=(), extras={k: v for k, v in d.extras.items()
+                                                                   if k not in ("projected_us", "whatif")}),
+                       analyses)
+
+
+def test_the_same_kernels_are_never_saved_twice():
+    ctx = _ctx(shared_trace(H100_QWEN))
+    acts = ctx.analyses[0].activities
+    rows = np.flatnonzero((acts["op_name"] == "aten::pow").to_numpy())  # 48 memory-bound pow kernels
+    pow_us = float(acts["dur"].to_numpy()[rows].sum())
+    a = ctx.finding(FindingKind.FUSION, "a", pow_us / 2, ["x"], "fix", acts={0: rows})
+    b = ctx.finding(FindingKind.CAST, "b", pow_us / 4, ["x"], "fix", acts={0: rows})
+    c = ctx.finding(FindingKind.CAST, "c", pow_us / 4, ["x"], "fix", acts={0: rows[:24]})
+    out = project(ctx, [a, b, c])
+    applied = [w["applied_us"] for w in out["whatif"]["findings"]]
+    assert applied == [pytest.approx(pow_us / 2), 0.0, 0.0]
+    assert out["projected_us"] == pytest.approx(ctx.total_us - pow_us / 2)
+
+
+def test_savings_capped_by_their_bound_class():
+    ctx = _ctx(shared_trace(H100_QWEN))
+    acts = ctx.analyses[0].activities
+    latency = np.flatnonzero((acts["bound"] == "latency").to_numpy())
+    lat_us = ctx.diagnosis.time.by_bound["latency"]
+    # A (wrong) finding claiming 10× the latency-bound time gets at most the latency class.
+    f = ctx.finding(FindingKind.BATCHING, "too much", 10 * lat_us, ["x"], "fix", acts={0: latency})
+    out = project(ctx, [f])
+    assert out["whatif"]["findings"][0]["applied_us"] == pytest.approx(lat_us)
+    assert out["whatif"]["findings"][0]["capped"] is True
+    # Idle-time findings draw on idle only.
+    idle_us = ctx.diagnosis.time.by_bound["idle"]
+    g = ctx.finding(FindingKind.HOST_BOUND, "idle", 2 * idle_us, ["x"], "fix", idle_us=2 * idle_us)
+    assert project(ctx, [g])["whatif"]["findings"][0]["applied_us"] == pytest.approx(idle_us)
+
+
+def test_timeline_rules_need_their_facts():
+    """Without extras["idle"] / extras["launch"] the host and launch rules say nothing."""
+    ctx = _ctx(shared_trace(H100_BERT))
+    bare = RuleContext(dataclasses.replace(ctx.diagnosis, extras={}), ctx.analyses)
+    kinds = {f.kind for rule in RULES for f in rule(bare)}
+    assert not kinds & {"launch_overhead", "host_bound", "sync", "data_loader"}
+    assert "quantization" in kinds and "batching" in kinds  # kernel-level rules still fire
+
+
+@pytest.mark.parametrize("kind", ["attention", "cast", "quantization", "overlap", "data_loader"])
+def test_no_evidence_no_finding_on_qwen(kind):
+    d, _ = analysed(shared_trace(H100_QWEN))
+    if kind == "attention":  # flash attention already: no eager bmm → softmax → bmm
+        assert not [f for f in d.findings if "attention" in f.title]
+    else:
+        assert not by_kind(d, kind)
+
+
+def test_no_fusion_or_precision_on_the_a100_training_rank():
+    """torch.compile'd model (Triton kernels, tf32 cutlass GEMMs): nothing to fuse or move to tensor cores."""
+    d, _ = analysed(shared_trace(A100_TRAIN))
+    assert not by_kind(d, "fusion") and not by_kind(d, "precision") and not by_kind(d, "launch_overhead")
+
+
+def test_findings_json_round_trip():
+    d, _ = analysed(DATA / "cpu_attention.json.gz")
+    out = d.to_dict()
+    assert out["findings"][0]["kind"] == "fusion"
+    assert set(out["findings"][0]) == {"kind", "title", "est_saving_us", "est_saving_pct", "evidence", "fix"}
+    assert isinstance(out["extras"]["projected_us"], float)
+    assert all(type(w["applied_us"]) is float for w in out["extras"]["whatif"]["findings"])
+
+
+def test_empty_trace_has_no_findings():
+    ctx = _ctx(shared_trace(H100_QWEN))
+    empty = [dataclasses.replace(a, activities=a.activities.iloc[0:0], groups=a.groups.iloc[0:0])
+             for a in ctx.analyses]
+    d = add_findings(dataclasses.replace(ctx.diagnosis, collectives=(), extras={}), empty)
+    assert d.findings == () and "projected_us" not in d.extras
