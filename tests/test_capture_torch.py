@@ -226,6 +226,15 @@ def test_two_rank_gloo_run(tmp_path: Path) -> None:
         diagnosis = json.loads((out / "diagnosis.json").read_text())
         assert sorted(diagnosis["source"]["ranks"]) == [0, 1]
         assert (out / "report.html").exists()
+        # `bwdiag analyze FOLDER` reproduces the run's diagnosis (paths are spelled as given)
+        again = subprocess.run([sys.executable, "-m", "bwdiag", "analyze", "out", "-o", "again"],
+                               cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=180)
+        assert again.returncode == 0, again.stderr
+        reproduced = json.loads((tmp_path / "again" / "diagnosis.json").read_text())
+        assert [Path(p).name for p in reproduced["source"].pop("paths")] == [
+            Path(p).name for p in diagnosis["source"].pop("paths")
+        ] == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
+        assert reproduced == diagnosis
 
 
 def _step_spans(trace: dict) -> list[dict]:
