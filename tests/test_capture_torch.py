@@ -121,7 +121,8 @@ def test_training_window_metadata_and_modules(tmp_path: Path) -> None:
 def test_crash_inside_window_keeps_steps_and_traceback(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(TRAIN)
     plain = subprocess.run([sys.executable, "train.py", "2"], cwd=tmp_path, capture_output=True, text=True)
-    args = ["--wait", "1", "--warmup", "1", "--active", "2", "--no-analyze", "-o", "out", "train.py", "2"]
+    analyze = [] if HAVE_PIPELINE else ["--no-analyze"]
+    args = ["--wait", "1", "--warmup", "1", "--active", "2", *analyze, "-o", "out", "train.py", "2"]
     result = _bwdiag_run(tmp_path, *args)
     assert result.returncode == plain.returncode == 1
     script_err = [l for l in result.stderr.splitlines() if not l.startswith("bwdiag: ")]
@@ -133,6 +134,9 @@ def test_crash_inside_window_keeps_steps_and_traceback(tmp_path: Path) -> None:
     assert trace["bwdiag"]["steps_captured"] == 1
     assert f"bwdiag: {note}" in result.stderr
     assert len(_ops(trace, "aten::addmm")) == 2  # step 2's two Linears; step 3 never ran a forward
+    if HAVE_PIPELINE:  # the report carries the note too
+        warnings = json.loads((tmp_path / "out" / "diagnosis.json").read_text())["warnings"]
+        assert any(w.startswith(f"rank0.pt.trace.json.gz: {note}") for w in warnings)
 
 
 def test_inference_steps_found_from_top_level_forward(tmp_path: Path) -> None:

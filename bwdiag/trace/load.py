@@ -94,6 +94,9 @@ def load_rank(path: Path) -> RankTrace:
             "ran before the first recorded launch (spill-over from before the profiling window); excluded"
         )
     rank = _rank_of(path, raw.metadata, warnings)
+    capture = raw.metadata.get("bwdiag")
+    if isinstance(capture, dict) and isinstance(capture.get("note"), str):  # a short capture
+        warnings.append(f"{path.name}: {capture['note']}")
     return RankTrace(path, rank, raw.metadata, tables, stats, warnings)
 
 
