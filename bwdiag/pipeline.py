@@ -7,6 +7,7 @@ a capture is reproduced exactly by ``bwdiag analyze FOLDER``.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -51,6 +52,19 @@ def check_output_dir(out_dir: Path, *, force: bool = False) -> None:
             raise OutputError(f"{out_dir}: {target} is not a folder; choose another -o/--out")
     if not os.access(target, os.W_OK | os.X_OK):
         raise OutputError(f"{out_dir}: {target} is not writable; choose another -o/--out")
+    _probe_writable(out_dir, target)
+
+
+def _probe_writable(out_dir: Path, target: Path) -> None:
+    """Create and remove a scratch folder in ``target``: the permission bits alone miss read-only
+    mounts, full disks and (for root) pseudo-filesystems, which would only fail after the analysis."""
+    try:
+        probe = tempfile.mkdtemp(prefix=".bwdiag-probe-", dir=target)
+    except OSError as err:
+        raise OutputError(
+            f"{out_dir}: cannot write in {target} ({err.strerror or err}); choose another -o/--out"
+        ) from None
+    os.rmdir(probe)
 
 
 def write_outputs(diagnosis: Diagnosis, out_dir: Path, *, force: bool = False) -> dict[str, Path]:
@@ -63,19 +77,44 @@ def write_outputs(diagnosis: Diagnosis, out_dir: Path, *, force: bool = False) -
     check_output_dir(out_dir, force=force)
     # Render both before writing either: a rendering error leaves no half-set of outputs behind.
     payload = {"json": render_json(diagnosis), "html": render_html(diagnosis).encode("utf-8")}
+    created = [p for p in (out_dir, *out_dir.parents) if not p.exists()]
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
+        _remove_created([], created)
         raise OutputError(f"{out_dir}: cannot create the output folder ({err.strerror or err})") from None
-    outputs = {}
-    for key, data in payload.items():
-        path = out_dir / OUTPUT_NAMES[key]
-        try:
-            write_atomic(path, data)
-        except OSError as err:
-            raise OutputError(f"{path}: cannot be written ({err.strerror or err})") from None
-        outputs[key] = path
+    outputs: dict[str, Path] = {}
+    new_files: list[Path] = []
+    try:
+        for key, data in payload.items():
+            path = out_dir / OUTPUT_NAMES[key]
+            existed = path.exists()
+            try:
+                write_atomic(path, data)
+            except OSError as err:
+                raise OutputError(f"{path}: cannot be written ({err.strerror or err})") from None
+            if not existed:
+                new_files.append(path)
+            outputs[key] = path
+    except BaseException:
+        # A failed or interrupted write leaves nothing of this run behind: not one file of the pair,
+        # not the folder made for it (files that were there before and got replaced stay replaced).
+        _remove_created(new_files, created)
+        raise
     return outputs
+
+
+def _remove_created(files: list[Path], folders: list[Path]) -> None:
+    for f in files:
+        try:
+            f.unlink()
+        except FileNotFoundError:
+            pass
+    for d in folders:  # innermost first
+        try:
+            d.rmdir()
+        except OSError:
+            break
 
 
 def print_summary(diagnosis: Diagnosis, outputs: dict[str, Path] | None = None, file=None) -> None:

@@ -45,6 +45,7 @@ def gpu_activities(trace: RankTrace) -> pd.DataFrame:
     is_costed_kernel = (kinds == "kernel") & ~graph & (op_idx >= 0)
     durs = gpu["dur"].to_numpy()
     op_time = pd.Series(durs[is_costed_kernel]).groupby(op_idx[is_costed_kernel]).sum()
+    op_kernels = pd.Series(durs[is_costed_kernel]).groupby(op_idx[is_costed_kernel]).size()
 
     names = gpu["name"].to_numpy()
     args = gpu["args"].to_numpy()
@@ -58,7 +59,9 @@ def gpu_activities(trace: RankTrace) -> pd.DataFrame:
             if cost is None:
                 continue
             total = op_time.get(op_idx[i], 0.0)
-            share = durs[i] / total if total > 0 else 0.0
+            # Instant (zero-duration) kernels are legitimate: when all of an op's kernels are instant,
+            # they share its cost equally rather than dropping it.
+            share = durs[i] / total if total > 0 else 1.0 / op_kernels.get(op_idx[i], 1)
             if cost.category is not Category.OTHER:
                 category[i] = cost.category.value
             dtype[i], tensor[i] = cost.dtype, cost.tensor

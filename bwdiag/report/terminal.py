@@ -27,11 +27,21 @@ BOUND_STYLES = {
 
 _BAR_WIDTH = 48
 TOP_KERNELS = 5
+MAX_WARNINGS = 10  # warnings printed; all of them are in the report and diagnosis.json
 
 
 def _shorten(name: str, width: int) -> str:
     """A kernel name cut to fit a terminal row (templated C++ names run to hundreds of chars)."""
+    name = printable(name)
     return name if len(name) <= width else name[: width - 1] + "…"
+
+
+_CONTROL_CHARS = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)]}
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters shown as ``\\xNN``: a name from a trace never drives the terminal."""
+    return text.translate(_CONTROL_CHARS)
 
 
 def print_summary(
@@ -112,7 +122,7 @@ def print_summary(
         table.add_column("bound", no_wrap=True, min_width=13)
         table.add_column("% ceiling", justify="right", no_wrap=True, min_width=9)
         for r in records[:TOP_KERNELS]:
-            table.add_row(_shorten(r["name"], width), fmt_time(r["total_us"]), fmt_pct(r["share_pct"]),
+            table.add_row(Text(_shorten(r["name"], width)), fmt_time(r["total_us"]), fmt_pct(r["share_pct"]),
                           Text(r["bound"], style=BOUND_STYLES.get(r["bound"], "")),
                           fmt_pct(r["pct_of_ceiling"]))
         console.print(table)
@@ -123,8 +133,10 @@ def print_summary(
     console.print(Text(
         f"Estimates cover {fmt_pct(cov['estimated_pct'])} of kernel time; "
         f"{fmt_pct(cov['linked_pct'])} linked to an op.", style="dim"))
-    if ctx["warnings"]:
-        console.print(Text(f"{len(ctx['warnings'])} warning(s) while loading; see the report.",
+    for w in ctx["warnings"][:MAX_WARNINGS]:
+        console.print(Text(f"warning: {printable(w)}", style="yellow"), soft_wrap=True)
+    if len(ctx["warnings"]) > MAX_WARNINGS:
+        console.print(Text(f"… and {len(ctx['warnings']) - MAX_WARNINGS} more warning(s) in the report.",
                            style="yellow"))
     for label, path in (outputs or {}).items():
         line = Text(f"{label}: ", style="bold")

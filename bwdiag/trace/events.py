@@ -62,6 +62,19 @@ class EventTables:
     t0_us: float
     skipped: dict[str, int] = field(default_factory=dict)  # malformed events by reason
     unknown_categories: dict[str, int] = field(default_factory=dict)
+    repaired: dict[str, int] = field(default_factory=dict)  # kept events with a field missing, by field
+
+
+# Bounds beyond which a time is garbage, not a measurement: a year-long event, a timestamp past 5000 AD.
+_MAX_US = 3.2e13
+_MAX_TS_US = 1e17
+_ID_TYPES = (int, str, float, type(None))
+_INT64 = 2.0**63
+
+
+def _id(value):
+    """A pid/tid usable as a dict key: odd values (lists, dicts) become their text."""
+    return value if value.__class__ in _ID_TYPES else repr(value)
 
 
 def _num(value) -> float | None:
@@ -80,7 +93,7 @@ def _num(value) -> float | None:
 
 def _int(value) -> int | None:
     num = _num(value)
-    return int(num) if num is not None else None
+    return int(num) if num is not None and -_INT64 <= num < _INT64 else None  # ids outside int64 are garbage
 
 
 def tabulate(events: list) -> EventTables:
@@ -93,6 +106,7 @@ def tabulate(events: list) -> EventTables:
     flows: dict[int, tuple[int, int, float]] = {}
     skipped: dict[str, int] = {}
     unknown: dict[str, int] = {}
+    no_args = 0
 
     def skip(reason: str) -> None:
         skipped[reason] = skipped.get(reason, 0) + 1
@@ -116,11 +130,12 @@ def tabulate(events: list) -> EventTables:
         args = ev.get("args")
         if not isinstance(args, dict):
             args = {}
+            no_args += kind in GPU_KINDS or kind == "cuda_runtime"
         if kind == "ac2g":
             if ev.get("ph") == "s":
                 fid = _int(ev.get("id"))
                 if fid is not None:
-                    flows[fid] = (ev.get("pid"), ev.get("tid"), ts)
+                    flows[fid] = (_id(ev.get("pid")), _id(ev.get("tid")), ts)
             continue
         dur = _num(ev.get("dur"))
         if dur is None:
@@ -129,16 +144,21 @@ def tabulate(events: list) -> EventTables:
         if dur < 0:
             skip("negative dur")
             continue
+        if dur > _MAX_US or abs(ts) > _MAX_TS_US:
+            skip("implausible ts or dur")
+            continue
         t0 = ts if ts < t0 else t0
         name = ev.get("name")
         if not isinstance(name, str):
             name = str(name)
         pid, tid = ev.get("pid"), ev.get("tid")
+        if pid.__class__ not in _ID_TYPES or tid.__class__ not in _ID_TYPES:  # lists/dicts: unhashable
+            pid, tid = _id(pid), _id(tid)
         if kind in GPU_KINDS:
             grid = args.get("grid")
             blocks = None
             if isinstance(grid, list) and grid and all(isinstance(g, (int, float)) for g in grid):
-                blocks = int(np.prod(grid))
+                blocks = _int(math.prod(grid))
             gpu_rows.append(
                 (
                     name,
@@ -204,4 +224,5 @@ def tabulate(events: list) -> EventTables:
         for col in cols:
             df[col] = pd.array(df[col], dtype="Int64")
     flows = {k: (p, t, ts - t0) for k, (p, t, ts) in flows.items()}
-    return EventTables(gpu, ops, runtime, annotations, modules, flows, t0, skipped, unknown)
+    repaired = {"args": no_args} if no_args else {}
+    return EventTables(gpu, ops, runtime, annotations, modules, flows, t0, skipped, unknown, repaired)

@@ -13,6 +13,7 @@ from bwdiag.errors import TraceError
 from bwdiag.trace.events import EventTables, tabulate
 from bwdiag.trace.link import LinkStats, link
 from bwdiag.trace.read import read_trace_file
+from bwdiag.trace.salvage import sanitize_args
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -84,15 +85,24 @@ def load_rank(path: Path) -> RankTrace:
     """Read, tabulate and link one trace file."""
     raw = read_trace_file(path)
     warnings = list(raw.warnings)
+    n_events = len(raw.events)
     tables = tabulate(raw.events)
     del raw.events
+    _refuse_unusable(path, n_events, tables)
     _warn_skipped(path, tables, warnings)
+    malformed_args = sanitize_args(tables)
+    if malformed_args:
+        warnings.append(
+            f"{path.name}: {malformed_args:,} events have shape or collective args of the wrong form "
+            "(e.g. an Input type that is not a string); those args were ignored"
+        )
     stats = link(tables)
     if stats.orphans_dropped:
         warnings.append(
             f"{path.name}: {stats.orphans_dropped:,} GPU activities ({stats.orphans_dropped_us / 1e3:,.2f} ms) "
             "ran before the first recorded launch (spill-over from before the profiling window); excluded"
         )
+    _warn_unlinked(path, tables, warnings)
     rank = _rank_of(path, raw.metadata, warnings)
     capture = raw.metadata.get("bwdiag")
     if isinstance(capture, dict) and isinstance(capture.get("note"), str):  # a short capture
@@ -100,14 +110,66 @@ def load_rank(path: Path) -> RankTrace:
     return RankTrace(path, rank, raw.metadata, tables, stats, warnings)
 
 
+#: Share of kernel time not linked to an op above which loading warns.
+UNLINKED_WARN_PCT = 5.0
+
+
+def _refuse_unusable(path: Path, n_events: int, tables: EventTables) -> None:
+    """A trace with no kernel, CPU op or runtime call has nothing to diagnose: refuse it."""
+    if not (tables.gpu.empty and tables.ops.empty and tables.runtime.empty):
+        return
+    if n_events == 0:
+        raise TraceError(
+            f"{path}: the trace holds no events; the profiler recorded nothing: check that the profiled "
+            "code ran inside the profiler's active window (schedule and prof.step())"
+        )
+    detail = ", ".join(f"{n:,} {why}" for why, n in sorted(tables.skipped.items()))
+    raise TraceError(
+        f"{path}: none of its {n_events:,} events is a CPU op, GPU kernel or runtime call"
+        + (f" ({detail})" if detail else "")
+        + "; pass a file written by torch.profiler's export_chrome_trace or tensorboard_trace_handler"
+    )
+
+
+def _warn_unlinked(path: Path, tables: EventTables, warnings: list[str]) -> None:
+    gpu = tables.gpu
+    if gpu.empty or "op" not in gpu:
+        return
+    kernels = gpu[gpu["kind"] == "kernel"]
+    total = float(kernels["dur"].sum())
+    unlinked = kernels[kernels["op"] < 0]
+    lost = float(unlinked["dur"].sum())
+    if total <= 0 or 100.0 * lost / total <= UNLINKED_WARN_PCT:
+        return
+    amount = f"{lost / 1e3:,.2f} ms" if lost >= 1e3 else f"{lost:,.1f} µs"
+    no_launch = int(unlinked["launch_ts"].isna().sum()) if "launch_ts" in unlinked else len(unlinked)
+    why = []
+    if no_launch:
+        why.append(f"{no_launch:,} have no launch event in the trace")
+    if len(unlinked) - no_launch:
+        why.append(f"{len(unlinked) - no_launch:,} were launched outside any recorded CPU op")
+    warnings.append(
+        f"{path.name}: {len(unlinked):,} kernels ({amount}, {100.0 * lost / total:.1f}% of kernel time) are not "
+        f"linked to the op that launched them ({'; '.join(why)}); their FLOPs and bytes are estimated from the "
+        "kernel name alone, or unknown"
+        + (". Record with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] to keep the launches"
+           if no_launch else "")
+    )
+
+
 def _warn_skipped(path: Path, tables: EventTables, warnings: list[str]) -> None:
     if tables.skipped:
         detail = ", ".join(f"{n:,} {why}" for why, n in sorted(tables.skipped.items()))
         warnings.append(f"{path.name}: skipped malformed events ({detail})")
-    if tables.unknown_categories:
-        cats = ", ".join(f"{c} ({n:,})" for c, n in sorted(tables.unknown_categories.items()))
-        if any(c not in _KNOWN_IGNORED for c in tables.unknown_categories):
-            warnings.append(f"{path.name}: ignored events of categories bwdiag does not use: {cats}")
+    if tables.repaired.get("args"):
+        warnings.append(
+            f"{path.name}: {tables.repaired['args']:,} GPU activities or runtime calls have no args "
+            "(no correlation, device or stream); kept, but they cannot be linked to their op"
+        )
+    unknown = {c: n for c, n in tables.unknown_categories.items() if c not in _KNOWN_IGNORED}
+    if unknown:
+        cats = ", ".join(f"{c} ({n:,})" for c, n in sorted(unknown.items()))
+        warnings.append(f"{path.name}: ignored events of categories bwdiag does not use: {cats}")
 
 
 # Categories we read past on purpose (not worth a warning).

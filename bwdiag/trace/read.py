@@ -18,11 +18,19 @@ from typing import Any
 import orjson
 
 from bwdiag.errors import TraceError
+from bwdiag.trace.salvage import Salvaged, salvage_document
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_UTF8_BOM = b"\xef\xbb\xbf"
 # Bare non-finite numbers (Python's json.dumps writes Infinity/NaN; C++ writers have written inf/nan).
 _NON_FINITE = re.compile(rb"(?<=[:\[,\s])-?(?:Infinity|NaN|inf|nan)(?=\s*[,\]\}])")
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+# \uD800-\uDFFF escapes outside a high+low pair: Python writes them for names decoded with surrogateescape
+# (undecodable bytes in file paths); strict parsers such as orjson reject the whole file for one.
+_LONE_SURROGATE = re.compile(
+    rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
 
 
 @dataclass
@@ -44,6 +52,11 @@ def read_trace_file(path: Path) -> RawTrace:
     doc = _parse(path, data, warnings)
     if isinstance(doc, list):  # a bare event array is valid Chrome trace format
         doc = {"traceEvents": doc}
+    if isinstance(doc, dict) and str(doc.get("schema", "")).startswith("bwdiag/diagnosis"):
+        raise TraceError(
+            f"{path}: this is a diagnosis bwdiag wrote, not a trace; pass the trace it was made from "
+            "(listed under source.paths in that file)"
+        )
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise TraceError(
             f"{path}: JSON but not a torch.profiler trace (no traceEvents list); "
@@ -55,37 +68,104 @@ def read_trace_file(path: Path) -> RawTrace:
 
 def _read_bytes(path: Path, warnings: list[str]) -> bytes:
     try:
+        size = path.stat().st_size
+        if not path.is_dir():
+            _check_fits(path, size, "the file")
         raw = path.read_bytes()
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise TraceError(f"{path}: is a folder, not a trace file") from None
+    except MemoryError:
+        raise TraceError(f"{path}: too large to read into memory on this machine") from None
     except OSError as err:
         raise TraceError(f"{path}: cannot be read ({err.strerror or err})") from None
+    if path.is_dir():
+        raise TraceError(f"{path}: is a folder, not a trace file")
     if not raw.startswith(_GZIP_MAGIC):
         return raw
     try:
-        return gzip.decompress(raw)
-    except (EOFError, OSError, zlib.error):
-        # A gzip stream cut short: keep everything that decompresses.
+        return _gunzip(path, raw, warnings)
+    except MemoryError:
+        raise TraceError(f"{path}: the decompressed trace is too large to hold in memory on this machine") from None
+
+
+_PIECE = 16 << 10  # compressed bytes fed at a time: what came before a corrupt block is kept
+
+
+def _check_fits(path: Path, nbytes: int, what: str) -> None:
+    """Refuse a trace whose text alone exceeds the free memory: parsing it would get the process killed."""
+    try:
+        import psutil
+
+        free = psutil.virtual_memory().available
+    except (ImportError, OSError):
+        return
+    if nbytes > free:
+        raise TraceError(
+            f"{path}: {what} is {nbytes / 1e9:,.1f} GB, more than the {free / 1e9:,.1f} GB of free memory; "
+            "analyse it on a machine with more memory, or profile fewer steps"
+        )
+
+
+def _gunzip(path: Path, raw: bytes, warnings: list[str]) -> bytes:
+    """Decompress every gzip member; a stream cut short, corrupt or followed by garbage keeps what came before.
+
+    The input is fed a piece at a time, so a stream that expands past the free memory is refused with
+    a message instead of getting the process killed.
+    """
+    parts: list[bytes] = []
+    total = checked = 0
+    rest = raw
+    while rest:
         out = zlib.decompressobj(16 + zlib.MAX_WBITS)
         try:
-            data = out.decompress(raw)
+            for i in range(0, len(rest), _PIECE):
+                chunk = out.decompress(rest[i:i + _PIECE])
+                parts.append(chunk)
+                total += len(chunk)
+                if total - checked > 256 << 20:  # ask about memory only as the text grows
+                    _check_fits(path, total, "the decompressed trace (so far)")
+                    checked = total
+                if out.eof:
+                    break
         except zlib.error as err:
-            raise TraceError(f"{path}: gzip data is corrupt ({err}); nothing could be recovered") from None
-        if not data:
-            raise TraceError(f"{path}: gzip stream is cut short before any data")
-        warnings.append(f"{path.name}: gzip stream is cut short; analysed the {len(data):,} bytes recovered")
-        return data
+            if not total:
+                raise TraceError(
+                    f"{path}: gzip data is corrupt ({err}); nothing could be recovered: "
+                    "copy the file again or re-export it"
+                ) from None
+            warnings.append(f"{path.name}: gzip data is corrupt after {total:,} bytes ({err}); "
+                            "analysed what came before")
+            break
+        if not out.eof:
+            if not total:
+                raise TraceError(
+                    f"{path}: gzip stream is cut short before any data; copy the file again or re-export it"
+                )
+            warnings.append(f"{path.name}: gzip stream is cut short; analysed the {total:,} bytes recovered")
+            break
+        rest = out.unused_data
+        if rest and not rest.startswith(_GZIP_MAGIC):
+            if rest.strip(b"\x00"):
+                warnings.append(f"{path.name}: {len(rest):,} bytes of garbage after the gzip stream; ignored")
+            break
+    _check_fits(path, total, "the decompressed trace")  # parsing needs several times the text
+    return b"".join(parts)
 
 
 def _parse(path: Path, data: bytes, warnings: list[str]) -> Any:
+    if data.startswith(_UTF8_BOM):  # written by some Windows tools; not JSON, but harmless
+        data = data[len(_UTF8_BOM):]
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as err:
         first_error = err
-    if data.lstrip()[:1] not in (b"{", b"["):
-        raise TraceError(f"{path}: not JSON or gzip (starts with {data[:12]!r}); expected a torch.profiler trace")
+    if data.lstrip(b" \t\r\n\x00")[:1] not in (b"{", b"["):  # NULs: blocks a crash left unwritten
+        raise TraceError(
+            f"{path}: not JSON or gzip (starts with {data[:12]!r}); pass the .json or .json.gz file "
+            "torch.profiler wrote (export_chrome_trace or tensorboard_trace_handler)"
+        )
     cleaned, fixes = _clean(data)
     if fixes:
         try:
@@ -95,14 +175,40 @@ def _parse(path: Path, data: bytes, warnings: list[str]) -> Any:
         else:
             warnings.append(f"{path.name}: {', '.join(fixes)}")
             return doc
-    doc = _close_truncated(cleaned)
-    if doc is None:
-        raise TraceError(f"{path}: not valid JSON ({first_error}); the file cannot be read as a trace")
-    warnings.append(
-        f"{path.name}: JSON is truncated ({', '.join(fixes + ['cut at the last complete event'])}); "
-        f"analysed the {len(doc.get('traceEvents', doc) if isinstance(doc, dict) else doc):,} events before the cut"
-    )
-    return doc
+    salvaged = salvage_document(cleaned)
+    if salvaged is None:
+        if fixes:  # report what is still wrong once the encoding problems are repaired
+            try:
+                orjson.loads(cleaned)
+            except orjson.JSONDecodeError as err:
+                first_error = err
+        raise TraceError(
+            f"{path}: not valid JSON ({_short(first_error)}) and no trace events could be recovered; "
+            "re-export the trace"
+        )
+    warnings.append(f"{path.name}: {_salvage_note(salvaged, fixes)}")
+    return salvaged.doc
+
+
+def _short(err: Exception) -> str:
+    text = str(err)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _salvage_note(s: Salvaged, fixes: list[str]) -> str:
+    parts = []
+    if s.header_lost:
+        parts.append("the metadata before the events (deviceProperties, distributedInfo) is damaged and was dropped")
+    if s.damaged_at:
+        where = f"byte {s.damaged_at[0]:,}" if len(s.damaged_at) == 1 else \
+            f"{len(s.damaged_at)} places, first at byte {s.damaged_at[0]:,}"
+        parts.append(f"JSON is damaged at {where}: the damaged events were skipped")
+    if s.gave_up:
+        parts.append("too damaged to read on: the rest of the file was not read")
+    if s.truncated:
+        parts.append("JSON is truncated (the file ends mid-trace: the writer was interrupted or the disk filled)")
+    note = "; ".join(parts) + f"; analysed the {s.events_kept:,} complete events recovered"
+    return note + (f" ({', '.join(fixes)})" if fixes else "")
 
 
 def _clean(data: bytes) -> tuple[bytes, list[str]]:
@@ -116,28 +222,10 @@ def _clean(data: bytes) -> tuple[bytes, list[str]]:
     data, n = _CONTROL.subn(b" ", data)
     if n:
         fixes.append(f"{n} control characters replaced")
+    data, n = _LONE_SURROGATE.subn(rb"\\ufffd", data)
+    if n:
+        fixes.append(f"{n} lone UTF-16 surrogates replaced")
     data, n = _NON_FINITE.subn(b"null", data)
     if n:
         fixes.append(f"{n} non-finite numbers read as null")
     return data, fixes
-
-
-def _close_truncated(data: bytes) -> Any:
-    """Cut at the last complete event of the traceEvents array and close the document."""
-    start = data.find(b"[", data.find(b'"traceEvents"') if b'"traceEvents"' in data else 0)
-    if start < 0:
-        return None
-    end = len(data)
-    for _ in range(64):  # try the last few event boundaries, newest first
-        cut = data.rfind(b"}", start, end)
-        if cut < 0:
-            return None
-        body = data[: cut + 1]
-        for tail in (b"]}", b"]"):
-            try:
-                doc = orjson.loads(body + tail)
-            except orjson.JSONDecodeError:
-                continue
-            return doc
-        end = cut
-    return None

@@ -59,8 +59,9 @@ def fusable_runs(acts: pd.DataFrame, ops: pd.DataFrame, min_kernels: int = 2) ->
     """Every run of at least ``min_kernels`` fusable kernels, per stream, in time order."""
     if acts.empty:
         return []
-    order = np.lexsort((acts["ts"].to_numpy(float), acts["stream"].astype(str).to_numpy()))
-    stream_of = acts["stream"].astype(str).to_numpy()[order]
+    # map(str), not astype(str): astype keeps a missing stream missing, and lexsort cannot order str with NaN
+    order = np.lexsort((acts["ts"].to_numpy(float), acts["stream"].map(str).to_numpy()))
+    stream_of = acts["stream"].map(str).to_numpy()[order]
     kind_of = acts["kind"].to_numpy()[order]
     name_of = acts["name"].astype(str).to_numpy()[order]
     op_of = acts["op"].to_numpy()[order]

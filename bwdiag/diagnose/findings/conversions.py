@@ -94,9 +94,9 @@ def dtype_round_trips(ctx: RuleContext) -> list[Finding]:
         acts = a.activities
         if acts.empty:
             continue
-        order = np.lexsort((acts["ts"].to_numpy(float), acts["stream"].astype(str).to_numpy()))
+        order = np.lexsort((acts["ts"].to_numpy(float), acts["stream"].map(str).to_numpy()))
         cat, kind, name = acts["category"].to_numpy(), acts["kind"].to_numpy(), acts["name"].astype(str).to_numpy()
-        stream, dur, op, dtype = (acts["stream"].astype(str).to_numpy(), acts["dur"].to_numpy(float),
+        stream, dur, op, dtype = (acts["stream"].map(str).to_numpy(), acts["dur"].to_numpy(float),
                                   acts["op"].to_numpy(), acts["dtype"].to_numpy())
         module = acts["module"].to_numpy()
         prev = None
