@@ -8,4 +8,13 @@ __version__ = "0.1.0"
 
 from bwdiag.errors import BwdiagError
 
-__all__ = ["BwdiagError", "__version__"]
+__all__ = ["BwdiagError", "Profile", "__version__", "profile"]
+
+
+def __getattr__(name: str):
+    # Lazy: `import bwdiag` stays cheap and never imports torch; `bwdiag.profile` loads capture.
+    if name in ("profile", "Profile"):
+        from bwdiag.capture import context as _context
+
+        return getattr(_context, name)
+    raise AttributeError(f"module 'bwdiag' has no attribute {name!r}")

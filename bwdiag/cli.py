@@ -8,6 +8,13 @@ from pathlib import Path
 import click
 
 from bwdiag import __version__
+from bwdiag.capture.options import (
+    DEFAULT_ACTIVE,
+    DEFAULT_RANK_TIMEOUT_S,
+    DEFAULT_WAIT,
+    DEFAULT_WARMUP,
+    STEP_ON_HELP,
+)
 from bwdiag.errors import BwdiagError
 
 
@@ -97,3 +104,83 @@ def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | N
         from bwdiag.report.files import open_in_browser
 
         open_in_browser(outputs["html"])
+
+
+# -- capture ---------------------------------------------------------------------------------
+_RUN_SETTINGS = {
+    "ignore_unknown_options": True,
+    "allow_interspersed_args": False,
+    "help_option_names": ["-h", "--help"],
+}
+
+
+@main.command("run", context_settings=_RUN_SETTINGS)
+@click.option("-o", "--out", type=click.Path(path_type=Path), help="Output folder [default: ./bwdiag-<script>-<timestamp>/].")
+@click.option("--force", is_flag=True, help="Overwrite traces and reports already in the output folder.")
+@click.option("-m", "module", is_flag=True, help="TARGET is a module, run as `python -m TARGET`.")
+@click.option("--wait", type=int, default=DEFAULT_WAIT, show_default=True, help="Steps to skip first (compilation, autotuning).")
+@click.option("--warmup", type=int, default=DEFAULT_WARMUP, show_default=True, help="Steps the profiler warms up on, not recorded.")
+@click.option("--active", type=int, default=DEFAULT_ACTIVE, show_default=True, help="Steps recorded; profiling stops after them.")
+@click.option("--step-on", "step_on", default="auto", show_default=True, metavar="MARKER", help=f"What marks a step: {STEP_ON_HELP}.")
+@click.option("--with-stack/--no-stack", default=False, show_default=True, help="Record Python stacks (costly).")
+@click.option("--modules/--no-modules", default=True, show_default=True, help="Annotate module forwards in the window.")
+@click.option("--nproc-per-node", type=int, default=None, help="Launch N ranks on this node through torch.distributed.run.")
+@click.option("--analyze/--no-analyze", default=True, show_default=True, help="Write diagnosis.json and report.html after the run.")
+@click.option("--device-spec", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Device ceilings override (as for `bwdiag analyze`).")
+@click.option("--rank-only", is_flag=True, hidden=True)
+@click.option("--rank-timeout", type=float, default=DEFAULT_RANK_TIMEOUT_S, show_default=True, help="Seconds rank 0 waits for the other ranks under torchrun.")
+@click.argument("target", metavar="SCRIPT.py|MODULE")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+def run_command(
+    out: Path | None,
+    force: bool,
+    module: bool,
+    wait: int,
+    warmup: int,
+    active: int,
+    step_on: str,
+    with_stack: bool,
+    modules: bool,
+    nproc_per_node: int | None,
+    analyze: bool,
+    device_spec: Path | None,
+    rank_only: bool,
+    rank_timeout: float,
+    target: str,
+    script_args: tuple[str, ...],
+) -> None:
+    """Run a script as `python SCRIPT.py ARGS` would, capture a few steps, and diagnose them.
+
+    \b
+      bwdiag run train.py --lr 3e-4
+      bwdiag run -m mypkg.train --config c.yaml
+      bwdiag run --nproc-per-node 2 train.py
+      torchrun --nproc-per-node 2 -m bwdiag run train.py
+
+    The script's own flags go after SCRIPT.py untouched. Steps are found without code changes
+    (optimizer steps when training, model forwards when not; see --step-on); the traces, diagnosis.json
+    and report.html go into one folder, printed at the end. The exit status is the script's.
+    """
+    from bwdiag.capture.options import CaptureOptions, StepMarker
+    from bwdiag.capture.run import RunConfig, run
+    from bwdiag.capture.runner import Target
+
+    options = CaptureOptions(
+        wait=wait,
+        warmup=warmup,
+        active=active,
+        step_on=StepMarker.parse(step_on),
+        with_stack=with_stack,
+        with_modules=modules,
+    )
+    config = RunConfig(
+        options=options,
+        out=out,
+        force=force,
+        analyze=analyze,
+        device_spec=device_spec,
+        nproc_per_node=nproc_per_node,
+        rank_only=rank_only,
+        rank_timeout_s=rank_timeout,
+    )
+    run(Target(target, is_module=module), script_args, config, argv=["bwdiag", *sys.argv[1:]])

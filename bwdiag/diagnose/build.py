@@ -67,7 +67,7 @@ def diagnose(traces: Sequence[RankTrace], *, device_spec: Path | None = None,
                                          override=device_spec, trace_kind=trace_kind)
     warnings.extend(spec_warnings)
     if trace_kind == "cpu":
-        warnings.append("CPU-only trace: leaf CPU ops are placed against the host CPU's ceilings")
+        warnings.append("CPU-only trace: CPU ops are placed against the host CPU's ceilings")
     analyses = [analyze_rank(t, spec) for t in traces]
     above = sum(a.above_roof for a in analyses)
     if above and trace_kind == "cpu":

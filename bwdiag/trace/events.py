@@ -300,6 +300,12 @@ class Tabulator:
                 op_sig(sid)
                 if kind == "user_annotation":
                     self._annotation(name, "cpu", ts, dur, pid, tid)
+                    if name.startswith("nn.Module: "):  # bwdiag run's module spans (capture/annotate.py)
+                        mods["name"].append(intern(name[11:], name[11:]))
+                        mods["ts"].append(ts)
+                        mods["dur"].append(dur)
+                        mods["pid"].append(pid)
+                        mods["tid"].append(tid)
             elif kind in GPU_KINDS:
                 grid = args.get("grid")
                 blocks = _MISSING

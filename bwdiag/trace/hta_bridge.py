@@ -13,24 +13,24 @@ import tempfile
 from pathlib import Path
 
 
-def _trace_analysis(paths: list[Path]):
-    """A TraceAnalysis over ``paths`` (HTA wants a folder holding only the traces: link them in)."""
+def _run(paths: list[Path], analysis: str):
+    """Run one TraceAnalysis method over ``paths`` (HTA wants a folder holding only the traces)."""
     from hta.trace_analysis import TraceAnalysis
 
     logging.getLogger("hta").setLevel(logging.ERROR)
-    folder = Path(tempfile.mkdtemp(prefix="bwdiag-hta-"))
-    for i, p in enumerate(paths):
-        (folder / f"{i}-{p.name}").symlink_to(Path(p).resolve())
-    return TraceAnalysis(trace_dir=str(folder))
+    with tempfile.TemporaryDirectory(prefix="bwdiag-hta-") as folder:
+        for i, p in enumerate(paths):
+            (Path(folder) / f"{i}-{Path(p).name}").symlink_to(Path(p).resolve())
+        return getattr(TraceAnalysis(trace_dir=folder), analysis)(visualize=False)
 
 
 def comm_comp_overlap(paths: list[Path]) -> dict[int, float]:
     """HTA's ``get_comm_comp_overlap``: rank → % of communication time overlapped by computation."""
-    df = _trace_analysis(paths).get_comm_comp_overlap(visualize=False)
+    df = _run(paths, "get_comm_comp_overlap")
     return {int(r): float(p) for r, p in zip(df["rank"], df["comp_comm_overlap_pctg"])}
 
 
 def temporal_breakdown(paths: list[Path]) -> dict[int, dict[str, float]]:
     """HTA's ``get_temporal_breakdown``: rank → idle / compute / non-compute time (µs)."""
-    df = _trace_analysis(paths).get_temporal_breakdown(visualize=False)
+    df = _run(paths, "get_temporal_breakdown")
     return {int(row["rank"]): {k: float(v) for k, v in row.items() if k != "rank"} for _, row in df.iterrows()}

@@ -124,6 +124,9 @@ def load_rank(path: Path, progress: Callable[[int, int], None] | None = None, jo
         )
     _warn_unlinked(path, tables, warnings)
     rank = _rank_of(path, metadata, warnings)
+    capture = metadata.get("bwdiag")
+    if isinstance(capture, dict) and isinstance(capture.get("note"), str):  # a short capture
+        warnings.append(f"{path.name}: {capture['note']}")
     return RankTrace(path, rank, metadata, tables, stats, warnings)
 
 

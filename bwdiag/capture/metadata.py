@@ -1,0 +1,120 @@
+"""Who captured the trace: rank and world size, device, versions, command line and schedule.
+
+The result goes into each trace as the top-level key ``"bwdiag"`` through
+``torch.profiler.profile.add_metadata_json`` just before the trace is finished, so the exported
+Kineto JSON carries it with no post-processing. Environment variables are never written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from typing import Any
+
+from bwdiag import __version__
+
+#: How module forwards are marked in the trace (see bwdiag.capture.annotate).
+MODULE_ANNOTATIONS = (
+    "user_annotation 'nn.Module: <name>' per module forward; "
+    "the names of nested spans joined with dots give the module path"
+)
+
+
+def rank_and_world() -> tuple[int, int]:
+    """This process's rank and the world size: torch.distributed when initialised, else the
+    ``RANK``/``WORLD_SIZE`` variables torchrun sets, else a single process (0, 1)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    try:
+        return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 0, 1
+
+
+def device_description() -> dict[str, Any]:
+    """The accelerator in use (CUDA or ROCm) or the CPU, without initialising CUDA if unused."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        index = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        return {
+            "kind": "rocm" if getattr(torch.version, "hip", None) else "cuda",
+            "name": props.name,
+            "index": index,
+            "count": torch.cuda.device_count(),
+            "memory_bytes": int(props.total_memory),
+            "multiprocessors": int(props.multi_processor_count),
+        }
+    return {"kind": "cpu", "name": _cpu_name(), "cores": os.cpu_count()}
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass  # not Linux: platform.processor() below
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def calibrated_ceilings(device: dict[str, Any]) -> dict[str, Any] | None:
+    """Ceilings ``bwdiag calibrate`` measured on this device and cached (``~/.cache/bwdiag``, or
+    ``$XDG_CACHE_HOME/bwdiag``), as stored there: ``{"file", "created", "quick", "entry", ...}``.
+
+    None when there is no calibration of this device, or its file cannot be read (a capture never
+    fails over a cache file; ``bwdiag analyze`` reports an unusable one).
+    """
+    from bwdiag.hardware.calibrate import CACHE_SCHEMA, cache_path, device_identity
+
+    spec = "cpu" if device["kind"] == "cpu" else f"cuda:{device.get('index', 0)}"
+    try:
+        identity = device_identity(spec)
+        path = cache_path(identity)
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # no calibration cached (the usual case) or unreadable
+        return None
+    if not isinstance(record, dict) or record.get("schema") != CACHE_SCHEMA:
+        return None
+    if record.get("device_key") != identity.key:
+        return None
+    keep = ("created", "torch_version", "quick", "entry")
+    return {"file": str(path), **{k: record[k] for k in keep if k in record}}
+
+
+def capture_metadata(
+    *,
+    argv: list[str],
+    schedule: dict[str, object],
+    steps_captured: int,
+    with_stack: bool,
+    with_modules: bool,
+    note: str | None = None,
+) -> dict[str, Any]:
+    """The ``"bwdiag"`` object written into a trace."""
+    torch = sys.modules.get("torch")
+    rank, world = rank_and_world()
+    device = device_description()
+    meta: dict[str, Any] = {
+        "bwdiag_version": __version__,
+        "torch_version": getattr(torch, "__version__", None),
+        "python_version": platform.python_version(),
+        "device": device,
+        "device_name": device["name"],
+        "world_size": world,
+        "rank": rank,
+        "argv": list(argv),
+        "schedule": schedule,
+        "steps_captured": steps_captured,
+        "record_shapes": True,
+        "with_stack": with_stack,
+        "module_annotations": MODULE_ANNOTATIONS if with_modules else None,
+        "calibrated": calibrated_ceilings(device),
+    }
+    if note:
+        meta["note"] = note
+    return meta

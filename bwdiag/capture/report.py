@@ -1,0 +1,51 @@
+"""Hand the captured traces to the same pipeline as ``bwdiag analyze`` and tell the user."""
+
+from __future__ import annotations
+
+import inspect
+import io
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bwdiag.capture.folder import say_line
+
+
+def analyze_traces(
+    traces: Sequence[Path],
+    out_dir: Path,
+    *,
+    force: bool,
+    device_spec: Path | None = None,
+) -> tuple[Any, dict[str, Path]]:
+    """``pipeline.analyze`` then ``pipeline.write_outputs`` into ``out_dir``: exactly what
+    ``bwdiag analyze OUT_DIR`` produces from the same folder."""
+    from bwdiag import pipeline
+
+    diagnosis = pipeline.analyze([str(p) for p in traces], device_spec=device_spec, progress=False)
+    outputs = pipeline.write_outputs(diagnosis, Path(out_dir), force=force)
+    return diagnosis, outputs
+
+
+def summary_text(diagnosis: Any, outputs: dict[str, Path] | None = None) -> str:
+    """The terminal summary ``pipeline.print_summary`` writes, as a string."""
+    from bwdiag import pipeline
+
+    buffer = io.StringIO()
+    if "file" in inspect.signature(pipeline.print_summary).parameters:
+        pipeline.print_summary(diagnosis, outputs, file=buffer)
+        return buffer.getvalue()
+    saved = sys.stderr  # an older print_summary that always writes to sys.stderr
+    sys.stderr = buffer
+    try:
+        pipeline.print_summary(diagnosis, outputs)
+    finally:
+        sys.stderr = saved
+    return buffer.getvalue()
+
+
+def print_summary_prefixed(diagnosis: Any, outputs: dict[str, Path] | None = None) -> None:
+    """The terminal summary on stderr, every line prefixed ``bwdiag: `` (the run contract)."""
+    for line in summary_text(diagnosis, outputs).rstrip("\n").splitlines():
+        say_line(line)

@@ -1,0 +1,272 @@
+"""One capture: count steps, start torch.profiler when the window opens, write the trace when it
+closes, and stop profiling so the rest of the run pays nothing.
+
+Used by both ``bwdiag run`` (steps found by :mod:`bwdiag.capture.markers`) and
+``bwdiag.profile(...)`` (steps from ``prof.step()``). Nothing here imports torch before the caller
+hands it over in :meth:`CaptureSession.attach`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from bwdiag.capture.annotate import ModuleAnnotator, compiled_graphs_present
+from bwdiag.capture.folder import (
+    rank_trace_name,
+    say_line,
+    temp_trace_path,
+    write_done_marker,
+)
+from bwdiag.capture.markers import StepMarkers
+from bwdiag.capture.metadata import capture_metadata, rank_and_world
+from bwdiag.capture.options import CaptureOptions, StepOn
+from bwdiag.capture.quiet import profiler_output_filtered
+
+
+class Phase(str, Enum):
+    """Where the session is in its schedule."""
+
+    WAITING = "waiting"  # before the window: no profiler exists
+    WARMUP = "warmup"  # profiler started, not recording
+    RECORDING = "recording"
+    DONE = "done"  # window over, trace written (or nothing to write), hooks removed
+    DISABLED = "disabled"  # capture gave up (another profiler running, export failed…)
+
+
+@dataclass(frozen=True)
+class CaptureResult:
+    """What one rank captured."""
+
+    rank: int
+    world_size: int
+    trace: Path | None  # None when nothing was recorded
+    steps_seen: int  # step boundaries seen in the whole run
+    steps_captured: int  # complete steps inside the recorded window
+    note: str | None  # why the capture is short or empty, for the report and the terminal
+
+
+class CaptureSession:
+    """The state machine behind one capture (see module docstring)."""
+
+    def __init__(
+        self,
+        options: CaptureOptions,
+        out_dir: Path,
+        *,
+        argv: list[str],
+        say: Callable[[str], None] = say_line,
+    ) -> None:
+        self.options = options
+        self.out_dir = Path(out_dir)
+        self.argv = list(argv)
+        self.say = say
+        self.phase = Phase.WAITING
+        self.steps_seen = 0
+        self.trace: Path | None = None
+        self.note: str | None = None
+        self._torch: ModuleType | None = None
+        self._prof: Any = None
+        self._markers: StepMarkers | None = None
+        self._annotator: ModuleAnnotator | None = None
+        self._busy = False
+        self._steps_in_trace = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def attach(self, torch: ModuleType) -> None:
+        """Torch is imported: install the step markers, and start at once when ``wait == 0``."""
+        self._torch = torch
+        if self.options.step_on.kind is not StepOn.MANUAL:
+            self._markers = StepMarkers(self.options.step_on, self._boundary, self.say)
+            self._markers.install(torch)
+        if self.options.wait == 0:
+            self._guarded(self._start)
+
+    def step(self) -> None:
+        """One step boundary, from ``prof.step()``."""
+        self._boundary(1)
+
+    def finish(self, ended: str = "ended") -> CaptureResult:
+        """The script or block is over (``ended`` says how): finish the trace with what was captured."""
+        if self.phase is Phase.WAITING:
+            if self._torch is None:
+                self.note = "the script ended without importing torch: nothing was recorded"
+            else:
+                self.note = (
+                    f"the script {ended} after {self._steps_text()}, before the capture window "
+                    f"opened at step {self.options.wait}: nothing was recorded (lower --wait, "
+                    "or check --step-on)"
+                )
+        elif self.phase is Phase.WARMUP:
+            self.note = (
+                f"the script {ended} during the profiler warmup, after {self._steps_text()}: "
+                "nothing was recorded (lower --wait/--warmup)"
+            )
+            self._guarded(self._close_profiler)
+        elif self.phase is Phase.RECORDING:
+            complete = self.steps_seen - self.options.wait - self.options.warmup
+            self.note = (
+                f"the script {ended} after {complete} of {self.options.active} active steps; "
+                "the trace holds those and the partial step that was running"
+            )
+            self._steps_in_trace = complete
+            self._guarded(lambda: self._add_metadata(complete, self.note))
+            self._guarded(self._close_profiler)
+        self._remove_hooks()
+        if self.phase is not Phase.DISABLED:
+            self.phase = Phase.DONE
+        rank, world = rank_and_world()
+        result = CaptureResult(rank, world, self.trace, self.steps_seen, self._steps_in_trace, self.note)
+        write_done_marker(
+            self.out_dir,
+            rank,
+            {"trace": self.trace.name if self.trace else None, "note": self.note, "pid": os.getpid()},
+        )
+        return result
+
+    # ------------------------------------------------------------------ steps
+    def _steps_text(self) -> str:
+        n = self.steps_seen
+        return f"{n} step{'s' if n != 1 else ''}"
+
+    def _boundary(self, n: int) -> None:
+        if self._busy or self.phase in (Phase.DONE, Phase.DISABLED):
+            return
+        self._busy = True
+        try:
+            for _ in range(n):
+                self.steps_seen += 1
+                if self.phase is Phase.WAITING:
+                    if self.steps_seen >= self.options.wait:
+                        self._guarded(self._start)
+                elif self.phase in (Phase.WARMUP, Phase.RECORDING):
+                    self._guarded(self._advance)
+        finally:
+            self._busy = False
+
+    def _guarded(self, action: Callable[[], None]) -> None:
+        """Run profiler work; a failure disables capture with one line instead of breaking the
+        user's script (it runs inside their optimizer.step() or forward)."""
+        try:
+            action()
+        except Exception as err:  # noqa: BLE001 - reported, capture disabled, script carries on
+            self.say(f"capture stopped: {type(err).__name__}: {err}")
+            self.phase = Phase.DISABLED
+            self._remove_hooks()
+            self._prof = None
+
+    def _start(self) -> None:
+        torch = self._torch
+        assert torch is not None
+        opts = self.options
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available():  # CUDA and ROCm builds both report through CUDA activity
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "won't be using warmup" when --warmup 0: chosen
+            schedule = torch.profiler.schedule(
+                skip_first=opts.wait, wait=0, warmup=opts.warmup, active=opts.active, repeat=1
+            )
+        prof = torch.profiler.profile(
+            activities=activities,
+            schedule=schedule,
+            on_trace_ready=self._export,
+            record_shapes=True,
+            with_stack=opts.with_stack,
+            with_modules=opts.with_stack,  # without stacks torch records no module data (2.13)
+        )
+        # The profiler is created only now, at step `wait`: number its steps from here so the
+        # trace's ProfilerStep#N are the run's own step indices (#7..#9 with the defaults).
+        prof.step_num = self.steps_seen
+        prof.current_action = schedule(self.steps_seen)
+        if hasattr(prof, "_prev_schedule_action"):
+            prof._prev_schedule_action = prof.current_action
+        try:
+            with profiler_output_filtered():
+                prof.start()
+        except RuntimeError as err:  # e.g. the script runs its own profiler
+            self.say(f"cannot start torch.profiler ({err}); continuing without capture")
+            self.phase = Phase.DISABLED
+            self._remove_hooks()
+            return
+        self._prof = prof
+        self.phase = Phase.WARMUP if opts.warmup else Phase.RECORDING
+        if opts.with_modules:
+            if compiled_graphs_present():
+                self.say("torch.compile graphs present: module annotations skipped")
+            else:
+                self._annotator = ModuleAnnotator(torch)
+
+    def _advance(self) -> None:
+        opts = self.options
+        done = self.steps_seen - opts.wait  # steps completed since the profiler started
+        if done == opts.warmup + opts.active:
+            self._steps_in_trace = opts.active
+            self._add_metadata(opts.active, None)
+            with profiler_output_filtered():
+                self._prof.step()  # RECORD_AND_SAVE -> NONE: stop_trace, then _export
+            self._close_profiler()
+            self._remove_hooks()
+            self.phase = Phase.DONE
+            first = opts.wait + opts.warmup
+            where = f"trace {self.trace}" if self.trace else "no trace"
+            self.say(f"recorded steps {first}..{first + opts.active - 1}; {where}; profiler stopped")
+            return
+        if done == opts.warmup:  # WARMUP -> RECORD: Kineto starts tracing and says so on fd 2
+            with profiler_output_filtered():
+                self._prof.step()
+            self.phase = Phase.RECORDING
+        else:  # no Kineto transition: keep this per-step call as cheap as plain torch.profiler's
+            self._prof.step()
+
+    def _add_metadata(self, steps: int, note: str | None) -> None:
+        meta = capture_metadata(
+            argv=self.argv,
+            schedule=self.options.schedule_dict(),
+            steps_captured=steps,
+            with_stack=self.options.with_stack,
+            with_modules=self._annotator is not None,
+            note=note,
+        )
+        self._prof.add_metadata_json("bwdiag", json.dumps(meta))
+
+    def _close_profiler(self) -> None:
+        prof, self._prof = self._prof, None
+        if self._annotator is not None:
+            self._annotator.remove()
+            self._annotator = None
+        if prof is not None:
+            with profiler_output_filtered():
+                prof.__exit__(None, None, None)  # exports if still recording
+
+    def _export(self, prof: Any) -> None:
+        rank, _ = rank_and_world()
+        tmp = temp_trace_path(self.out_dir, rank)
+        try:
+            prof.export_chrome_trace(str(tmp))
+            final = self.out_dir / rank_trace_name(rank)
+            os.replace(tmp, final)
+        finally:
+            tmp.unlink(missing_ok=True)
+        self.trace = final
+
+    def _remove_hooks(self) -> None:
+        if self._markers is not None:
+            self._markers.remove()
+            self._markers = None
+        if self._annotator is not None:
+            self._annotator.remove()
+            self._annotator = None
+
+
+def torch_if_imported() -> ModuleType | None:
+    """The torch module when the process has imported it, else None (never imports it)."""
+    return sys.modules.get("torch")

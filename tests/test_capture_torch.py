@@ -1,0 +1,353 @@
+"""Capture with torch: schedule, step markers, metadata, crash notes, the context manager, and a
+2-process gloo run. Kept to a handful of small processes (the machine has 2 cores)."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parents[1]
+HAVE_PIPELINE = importlib.util.find_spec("bwdiag.pipeline") is not None
+SECRET = "tok-5e0c7e9a-never-in-a-trace"
+
+TRAIN = textwrap.dedent(
+    """
+    import sys, torch, torch.nn as nn
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 32), nn.Sequential(nn.ReLU(), nn.Linear(32, 4)))
+    loss_fn = nn.MSELoss()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    x, y = torch.randn(8, 16), torch.randn(8, 4)
+    crash_at = int(sys.argv[1]) if len(sys.argv) > 1 else -1
+    for i in range(6):
+        loss_fn(m(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        if i == crash_at:
+            raise RuntimeError(f"crash after step {i}")
+    print("trained")
+    """
+)
+
+DECODE = textwrap.dedent(
+    """
+    import torch, torch.nn as nn
+    m = nn.Sequential(nn.Linear(8, 8), nn.Tanh()).eval()
+    pre = nn.Identity()  # a top-level module without parameters: not the model
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        for i in range(7):
+            x = m(pre(x))
+    print("decoded")
+    """
+)
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["BWDIAG_TEST_SECRET"] = SECRET
+    return env
+
+
+def _bwdiag_run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bwdiag", "run", *args],
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=180,
+    )
+
+
+def _load(path: Path) -> tuple[dict, bytes]:
+    raw = gzip.decompress(path.read_bytes())
+    return json.loads(raw), raw
+
+
+def _names(trace: dict, cat: str) -> list[str]:
+    return sorted(e["name"] for e in trace["traceEvents"] if e.get("cat") == cat)
+
+
+def _ops(trace: dict, name: str) -> list[dict]:
+    return [e for e in trace["traceEvents"] if e.get("cat") == "cpu_op" and e["name"] == name]
+
+
+def test_training_window_metadata_and_modules(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(TRAIN)
+    sched = ["--wait", "1", "--warmup", "1", "--active", "2", "--no-analyze", "-o", "out"]
+    result = _bwdiag_run(tmp_path, *sched, "train.py")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "trained\n"
+    assert all(line.startswith("bwdiag: ") for line in result.stderr.splitlines()), result.stderr
+    trace, raw = _load(tmp_path / "out" / "rank0.pt.trace.json.gz")
+    # Step i ends at its optimizer.step(): step 0 skipped, 1 warm-up, 2 and 3 recorded.
+    steps = [n for n in _names(trace, "user_annotation") if n.startswith("ProfilerStep#")]
+    assert steps == ["ProfilerStep#2", "ProfilerStep#3"]
+    # record_shapes: the first Linear is addmm(bias[32], x[8,16], W^T[16,32], beta, alpha), once
+    # per forward; W^T is the transposed view of the [32,16] weight (strides [1,16]).
+    first = [e for e in _ops(trace, "aten::addmm") if e["args"]["Input Dims"] == [[32], [8, 16], [16, 32], [], []]]
+    assert len(first) == 2
+    assert first[0]["args"]["Input Strides"][2] == [1, 16]
+    modules = {n for n in _names(trace, "user_annotation") if n.startswith("nn.Module: ")}
+    # Top-level modules by class (the loss has no parameters but is top level too), others by path
+    # relative to the calling module: Sequential > 1 > 1 is the inner Linear, path "1.1".
+    assert modules == {"nn.Module: Sequential", "nn.Module: 0", "nn.Module: 1", "nn.Module: MSELoss"}
+    inner = [e for e in _ops(trace, "aten::addmm") if e["args"]["Input Dims"][1] == [8, 32]][0]
+    enclosing = [
+        e["name"] for e in sorted(trace["traceEvents"], key=lambda e: e.get("ts", 0))
+        if e.get("cat") == "user_annotation" and e["name"].startswith("nn.Module: ")
+        and e["ts"] <= inner["ts"] <= e["ts"] + e["dur"]
+    ]
+    assert enclosing == ["nn.Module: Sequential", "nn.Module: 1", "nn.Module: 1"]
+    meta = trace["bwdiag"]
+    assert meta["argv"] == ["bwdiag", "run", *sched, "train.py"]
+    assert meta["schedule"] == {
+        "step_on": "auto", "wait": 1, "warmup": 1, "active": 2, "first_recorded_step": 2,
+    }
+    assert (meta["rank"], meta["world_size"], meta["steps_captured"]) == (0, 1, 2)
+    assert meta["torch_version"] == torch.__version__ and meta["device"]["kind"] == "cpu"
+    assert "note" not in meta
+    assert SECRET.encode() not in raw  # environment variables are never written
+
+
+def test_crash_inside_window_keeps_steps_and_traceback(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(TRAIN)
+    plain = subprocess.run([sys.executable, "train.py", "2"], cwd=tmp_path, capture_output=True, text=True)
+    analyze = [] if HAVE_PIPELINE else ["--no-analyze"]
+    args = ["--wait", "1", "--warmup", "1", "--active", "2", *analyze, "-o", "out", "train.py", "2"]
+    result = _bwdiag_run(tmp_path, *args)
+    assert result.returncode == plain.returncode == 1
+    script_err = [l for l in result.stderr.splitlines() if not l.startswith("bwdiag: ")]
+    assert script_err == plain.stderr.splitlines()
+    assert script_err[-1] == "RuntimeError: crash after step 2"
+    trace, _ = _load(tmp_path / "out" / "rank0.pt.trace.json.gz")
+    note = "the script raised RuntimeError after 1 of 2 active steps"
+    assert trace["bwdiag"]["note"].startswith(note)
+    assert trace["bwdiag"]["steps_captured"] == 1
+    assert f"bwdiag: {note}" in result.stderr
+    assert len(_ops(trace, "aten::addmm")) == 2  # step 2's two Linears; step 3 never ran a forward
+    if HAVE_PIPELINE:  # the report carries the note too
+        warnings = json.loads((tmp_path / "out" / "diagnosis.json").read_text())["warnings"]
+        assert any(w.startswith(f"rank0.pt.trace.json.gz: {note}") for w in warnings)
+
+
+def test_inference_steps_found_from_top_level_forward(tmp_path: Path) -> None:
+    (tmp_path / "decode.py").write_text(DECODE)
+    result = _bwdiag_run(tmp_path, "--wait", "1", "--warmup", "1", "--active", "2", "--no-analyze",
+                         "-o", "out", "decode.py")
+    assert result.returncode == 0 and result.stdout == "decoded\n"
+    assert "marking steps by the forward of Sequential" in result.stderr
+    trace, _ = _load(tmp_path / "out" / "rank0.pt.trace.json.gz")
+    steps = [e for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
+    assert sorted(e["name"] for e in steps) == ["ProfilerStep#2", "ProfilerStep#3"]
+    for step in steps:  # each recorded step holds exactly one forward: one addmm
+        inside = [e for e in _ops(trace, "aten::addmm") if step["ts"] <= e["ts"] <= step["ts"] + step["dur"]]
+        assert len(inside) == 1
+
+
+def test_profile_context_manager(tmp_path: Path) -> None:
+    import bwdiag
+    from bwdiag.errors import BwdiagError
+
+    with pytest.raises(TypeError):
+        bwdiag.profile(out=3)
+    with pytest.raises(TypeError):
+        bwdiag.profile(active="3")
+    with pytest.raises(BwdiagError):
+        bwdiag.profile(active=0)
+    with pytest.raises(BwdiagError):
+        bwdiag.profile(step_on="epoch")
+    with pytest.raises(TypeError):
+        bwdiag.profile("out")  # keyword-only
+
+    model = torch.nn.Linear(4, 4)
+    prof = bwdiag.profile(out=tmp_path / "p", wait=1, warmup=0, active=2, analyze=HAVE_PIPELINE)
+    with prof:
+        for _ in range(5):
+            model(torch.ones(3, 4))
+            prof.step()
+    assert prof.result is not None and prof.result.steps_captured == 2
+    trace, _ = _load(tmp_path / "p" / "rank0.pt.trace.json.gz")
+    assert [n for n in _names(trace, "user_annotation") if n.startswith("ProfilerStep")] == [
+        "ProfilerStep#1", "ProfilerStep#2"
+    ]
+    assert len(_ops(trace, "aten::addmm")) == 2
+    with pytest.raises(BwdiagError, match="used once"):
+        with prof:
+            pass
+    if HAVE_PIPELINE:
+        view = prof.diagnosis
+        assert view is not None
+        assert (tmp_path / "p" / "diagnosis.json").exists() and (tmp_path / "p" / "report.html").exists()
+        assert list(view.kernels.columns)[:3] == ["name", "rank", "category"]
+        assert set(view.kernels["module"].dropna()) == {"Linear"}  # the module spans reach the loader
+        assert isinstance(view.findings, list)
+        assert view.to_html().lstrip().lower().startswith("<!doctype html")
+        assert isinstance(view.summary(), str)
+
+
+DDP = textwrap.dedent(
+    """
+    import torch, torch.distributed as dist, torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = DDP(nn.Linear(8, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(4):
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    print("rank", dist.get_rank(), "done")
+    dist.destroy_process_group()
+    """
+)
+
+
+def test_two_rank_gloo_run(tmp_path: Path) -> None:
+    (tmp_path / "ddp.py").write_text(DDP)
+    analyze = [] if HAVE_PIPELINE else ["--no-analyze"]
+    result = _bwdiag_run(tmp_path, "--nproc-per-node", "2", "--wait", "1", "--warmup", "1",
+                         "--active", "2", *analyze, "-o", "out", "ddp.py")
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == ["rank 0 done", "rank 1 done"]
+    out = tmp_path / "out"
+    for rank in (0, 1):
+        trace, _ = _load(out / f"rank{rank}.pt.trace.json.gz")
+        assert trace["bwdiag"]["rank"] == rank and trace["bwdiag"]["world_size"] == 2
+        assert trace["distributedInfo"]["rank"] == rank
+        # DDP all-reduces the bucket of gradients once per step: two recorded steps
+        assert len([e for e in trace["traceEvents"] if e.get("name") == "gloo:all_reduce"]) >= 2
+    if HAVE_PIPELINE:
+        diagnosis = json.loads((out / "diagnosis.json").read_text())
+        assert sorted(diagnosis["source"]["ranks"]) == [0, 1]
+        assert (out / "report.html").exists()
+        # `bwdiag analyze FOLDER` reproduces the run's diagnosis (paths are spelled as given)
+        again = subprocess.run([sys.executable, "-m", "bwdiag", "analyze", "out", "-o", "again"],
+                               cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=180)
+        assert again.returncode == 0, again.stderr
+        reproduced = json.loads((tmp_path / "again" / "diagnosis.json").read_text())
+        assert [Path(p).name for p in reproduced["source"].pop("paths")] == [
+            Path(p).name for p in diagnosis["source"].pop("paths")
+        ] == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
+        assert reproduced == diagnosis
+
+
+def _step_spans(trace: dict) -> list[dict]:
+    return sorted(
+        (e for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")),
+        key=lambda e: e["name"],
+    )
+
+
+def _inside(trace: dict, span: dict, cat: str, name: str) -> int:
+    end = span["ts"] + span["dur"]
+    return sum(
+        1 for e in trace["traceEvents"]
+        if e.get("cat") == cat and e.get("name") == name and span["ts"] <= e["ts"] <= end
+    )
+
+
+def test_label_and_module_markers(tmp_path: Path) -> None:
+    import bwdiag
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    x = torch.ones(2, 4)
+    # label:NAME — each `record_function("my_step")` block starts a step; 5 blocks = steps 0..4.
+    with bwdiag.profile(out=tmp_path / "label", wait=1, warmup=0, active=2,
+                        step_on="label:my_step", analyze=False) as prof:
+        for _ in range(5):
+            with torch.profiler.record_function("my_step"):
+                model(x)
+    assert prof.result is not None and prof.result.steps_captured == 2
+    trace, _ = _load(tmp_path / "label" / "rank0.pt.trace.json.gz")
+    spans = _step_spans(trace)
+    assert [s["name"] for s in spans] == ["ProfilerStep#1", "ProfilerStep#2"]
+    for span in spans:  # the block that opened the step is inside it, with its one addmm
+        assert _inside(trace, span, "user_annotation", "my_step") == 1
+        assert _inside(trace, span, "cpu_op", "aten::addmm") == 1
+
+    # module:Linear — each forward of the first Linear starts a step (here nested in Sequential).
+    with bwdiag.profile(out=tmp_path / "module", wait=2, warmup=1, active=1,
+                        step_on="module:Linear", analyze=False) as prof:
+        for _ in range(6):
+            model(x)
+    trace, _ = _load(tmp_path / "module" / "rank0.pt.trace.json.gz")
+    spans = _step_spans(trace)
+    assert [s["name"] for s in spans] == ["ProfilerStep#3"]
+    assert _inside(trace, spans[0], "cpu_op", "aten::addmm") == 1
+    assert _inside(trace, spans[0], "cpu_op", "aten::relu") == 1
+
+
+def test_interrupt_inside_window_saves_what_was_captured(tmp_path: Path) -> None:
+    import bwdiag
+
+    model = torch.nn.Linear(4, 4)
+    prof = bwdiag.profile(out=tmp_path / "ki", wait=0, warmup=0, active=3, analyze=False)
+    with pytest.raises(KeyboardInterrupt):
+        with prof:
+            model(torch.ones(2, 4))
+            prof.step()
+            model(torch.ones(2, 4))
+            raise KeyboardInterrupt
+    trace, _ = _load(tmp_path / "ki" / "rank0.pt.trace.json.gz")
+    assert trace["bwdiag"]["note"].startswith(
+        "the script was interrupted (Ctrl-C) after 1 of 3 active steps"
+    )
+    assert trace["bwdiag"]["steps_captured"] == 1
+    assert len(_ops(trace, "aten::addmm")) == 2  # the complete step and the partial one
+
+
+def test_time_marker_records_a_wall_clock_window(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    import bwdiag
+
+    # time:0.1 — every 0.1 s is a step: skip 1, record 1, then the timer and hooks are gone.
+    prof = bwdiag.profile(out=tmp_path / "t", wait=1, warmup=0, active=1, step_on="time:0.1",
+                          analyze=False)
+    with prof:
+        deadline = time.monotonic() + 0.6
+        while time.monotonic() < deadline:
+            torch.ones(16, 16).sum()
+    assert prof.result is not None and prof.result.steps_captured == 1
+    assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    trace, _ = _load(tmp_path / "t" / "rank0.pt.trace.json.gz")
+    (span,) = _step_spans(trace)
+    assert span["name"] == "ProfilerStep#1"
+    assert 50_000 <= span["dur"] <= 1_000_000  # about 0.1 s of wall time (µs), generous on a busy host
+
+
+def test_report_failure_after_the_script_keeps_its_exit_status(tmp_path: Path) -> None:
+    # After the window the script puts a folder where report.html goes: the analysis cannot write
+    # it, says so in bwdiag lines, and the script's own exit status (5) still comes out.
+    (tmp_path / "s.py").write_text(textwrap.dedent(
+        """
+        import os, sys, torch
+        m = torch.nn.Linear(4, 4)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for _ in range(3):
+            m(torch.ones(2, 4)).sum().backward(); opt.step(); opt.zero_grad()
+        os.mkdir("out/report.html")
+        print("leaving")
+        sys.exit(5)
+        """
+    ))
+    result = _bwdiag_run(tmp_path, "--wait", "0", "--warmup", "0", "--active", "1", "-o", "out", "s.py")
+    assert result.returncode == 5
+    assert result.stdout == "leaving\n"
+    lines = result.stderr.splitlines()
+    assert all(line.startswith("bwdiag: ") for line in lines), result.stderr
+    assert any(line.startswith("bwdiag: could not finish the report: OutputError") for line in lines)
+    assert "bwdiag: traces so far are in out; retry with: bwdiag analyze out" in lines
+    assert (tmp_path / "out" / "rank0.pt.trace.json.gz").exists()
