@@ -196,6 +196,7 @@ def test_profile_context_manager(tmp_path: Path) -> None:
 
 DDP = textwrap.dedent(
     """
+    import sys
     import torch, torch.distributed as dist, torch.nn as nn
     from torch.nn.parallel import DistributedDataParallel as DDP
     dist.init_process_group("gloo")
@@ -206,7 +207,8 @@ DDP = textwrap.dedent(
         model(torch.randn(4, 8)).sum().backward()
         opt.step()
         opt.zero_grad()
-    print("rank", dist.get_rank(), "done")
+    # one write of a whole line: both ranks share the pipe, and print() writes piece by piece
+    sys.stdout.write(f"rank {dist.get_rank()} done\\n"); sys.stdout.flush()
     dist.destroy_process_group()
     """
 )
