@@ -23,6 +23,7 @@ from bwdiag.diagnose.findings import (  # noqa: F401, I001  (importing registers
     overlap,
     precision,
     quantization,
+    kv_cache,
 )
 from bwdiag.diagnose.findings.base import RULES, RuleContext
 from bwdiag.diagnose.findings.whatif import project

@@ -1,0 +1,33 @@
+"""KV-cache quantization on the decode sample trace, the saving worked out from the shapes."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bwdiag.pipeline import analyze
+from tests.conftest import H100_QWEN, SAMPLE_TRACES, shared_trace
+
+
+def test_decode_attention_reading_the_cache_gets_an_8bit_kv_cache_finding():
+    d = analyze([SAMPLE_TRACES / "decode_kv_cache_cpu"])
+    kv = [f for f in d.findings if f.title.startswith("Store the KV cache in 8 bits")]
+    assert len(kv) == 1 and kv[0].kind == "quantization"
+    expected = 0.0
+    groups = [k for k in d.kernels if k.op == "aten::scaled_dot_product_attention" and k.bound == "memory"]
+    assert len(groups) == 3
+    for g in groups:
+        # q f32[4, 4, 1, 32] over k, v f32[4, 4, L, 32]: K+V = 2·4·4·L·32·4 B, q and out 2·4·4·32·4 B
+        length = int(re.search(r"f32\[4, 4, (\d+), 32\]", g.shapes.split("], ", 1)[1]).group(1))
+        kv_bytes, other = 2 * 4 * 4 * length * 32 * 4, 2 * 4 * 4 * 1 * 32 * 4
+        assert g.bytes == pytest.approx(g.count * (kv_bytes + other))
+        # an 8-bit cache reads a quarter of the fp32 K+V, at today's achieved bandwidth
+        expected += g.total_us * (kv_bytes * 3 / 4) / (kv_bytes + other)
+    assert kv[0].est_saving_us == pytest.approx(expected)
+    assert "kv_cache_dtype" in kv[0].fix and "quantized" in kv[0].fix
+
+
+def test_prefill_attention_is_not_decode():
+    d = analyze([shared_trace(H100_QWEN)])  # flash attention over 559 queries: no cache to shrink
+    assert not [f for f in d.findings if "KV cache" in f.title]
