@@ -32,3 +32,9 @@ def raw_events(path: Path) -> dict:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as fh:
         return json.load(fh)
+
+
+@pytest.fixture(autouse=True)
+def _private_calibration_cache(tmp_path_factory, monkeypatch):
+    """Tests never read the user's `bwdiag calibrate` cache: CPU ceilings stay as each test sets them."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))

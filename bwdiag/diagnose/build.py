@@ -14,6 +14,7 @@ from bwdiag.diagnose.communication import annotate_messages, collective_rows, fi
 from bwdiag.diagnose.idle import idle_breakdown
 from bwdiag.diagnose.launch import launch_stats
 from bwdiag.diagnose.ranks import straggler
+from bwdiag.diagnose import kernels as kernel_groups
 from bwdiag.diagnose.kernels import flag_above_roof, group_activities, kernel_rows, place_groups
 from bwdiag.diagnose.model import (
     TIME_KEYS,
@@ -37,7 +38,7 @@ class RankAnalysis:
     groups: pd.DataFrame  # one row per kernel group, placed on the roofline
     time: object  # timeline.RankTime
     idle: dict | None = None  # idle.idle_breakdown (GPU ranks)
-    above_roof: int = 0  # groups measured above their roof (re-classed, see kernels.flag_above_roof)
+    above_roof: dict | None = None  # ceiling label → groups measured above their roof (kernels.flag_above_roof)
     launch: dict | None = None  # launch.launch_stats (GPU ranks)
 
 
@@ -69,18 +70,7 @@ def diagnose(traces: Sequence[RankTrace], *, device_spec: Path | None = None,
     if trace_kind == "cpu":
         warnings.append("CPU-only trace: CPU ops are placed against the host CPU's ceilings")
     analyses = [analyze_rank(t, spec) for t in traces]
-    above = sum(a.above_roof for a in analyses)
-    if above and trace_kind == "cpu":
-        warnings.append(
-            f"{above} CPU op group(s) finish faster than this CPU could do their work: they dispatch it "
-            "elsewhere (a GPU the trace did not record?); their time is counted as dispatch overhead"
-        )
-    elif above:
-        warnings.append(
-            f"{above} kernel group(s) measured above their roof: memory-bound ones read from cache "
-            "(marked 'cache (above the HBM roof)'); any other means the estimate or the device ceilings "
-            "do not describe what ran (check the device, or pass --device-spec)"
-        )
+    warnings.extend(_above_roof_warnings(analyses))
 
     kernels, collectives, ranks = [], [], []
     for a in analyses:
@@ -109,6 +99,25 @@ def diagnose(traces: Sequence[RankTrace], *, device_spec: Path | None = None,
         extras=extras,
     )
     return diagnosis, analyses
+
+
+_ABOVE_ROOF_WHY = {
+    kernel_groups.CACHE_CEILING: "memory-bound group(s) beat the memory roof: their data came from cache",
+    kernel_groups.LOW_ROOF_CEILING: "CPU op group(s) beat the CPU's compute roof (assumed, or "
+    "calibrated on a busy machine): re-run `bwdiag calibrate` on an idle host",
+    kernel_groups.DISPATCH_CEILING: "CPU op group(s) finish ten times faster than this CPU could do their "
+    "work: they dispatch it elsewhere (a GPU the trace did not record?); counted as dispatch overhead",
+    kernel_groups.UNKNOWN_ESTIMATE_CEILING: "kernel group(s) beat their compute roof: the cost estimate or the "
+    "device ceilings do not describe what ran (check the device, or pass --device-spec); bound unknown",
+}
+
+
+def _above_roof_warnings(analyses: list[RankAnalysis]) -> list[str]:
+    counts: dict[str, int] = {}
+    for a in analyses:
+        for label, n in (a.above_roof or {}).items():
+            counts[label] = counts.get(label, 0) + n
+    return [f"{n} {_ABOVE_ROOF_WHY[label]}" for label, n in counts.items() if label in _ABOVE_ROOF_WHY]
 
 
 def _timeline_extras(analyses: list[RankAnalysis], fits: dict[str, dict]) -> dict:

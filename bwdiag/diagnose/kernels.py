@@ -90,31 +90,42 @@ def _rate(amount, total_us) -> float | None:
 
 #: A group measured above this share of its roof cannot have done the estimated work in that time.
 ABOVE_ROOF_PCT = 120.0
+#: On a CPU, an op this far above its roof did not do the work at all: it dispatched it elsewhere.
+DISPATCH_PCT = 1000.0
+
+CACHE_CEILING = "cache (above the memory roof)"
+LOW_ROOF_CEILING = "above the measured roof"
+DISPATCH_CEILING = "dispatch (work not done on this CPU)"
+UNKNOWN_ESTIMATE_CEILING = "estimate above the roof"
 
 
-def flag_above_roof(groups: pd.DataFrame, spec: DeviceSpec) -> int:
-    """Re-class groups that beat their roof; returns how many.
+def flag_above_roof(groups: pd.DataFrame, spec: DeviceSpec) -> dict[str, int]:
+    """Re-class groups that beat their roof; returns how many, by the ceiling label given.
 
-    On a CPU-side trace of a GPU job (no device activity recorded) an op "runs" faster than the CPU
-    could do its work because it only dispatched it: its time is dispatch overhead (latency-bound).
-    On a device, a memory-bound group above the HBM roof read its data from cache (a 13 MB copy
-    fits the A100's 40 MB L2): still memory-bound, against a roof the table does not hold. Above
-    a compute roof, the estimate does not describe what ran: bound unknown.
+    A memory-bound group above the DRAM/HBM roof read its data from cache (a 13 MB copy fits the
+    A100's 40 MB L2; a 256 kB optimizer tensor fits a CPU's L2): still memory-bound, against a
+    roof the table does not hold. A compute-bound CPU op above its roof means the calibrated GEMM
+    rate was measured low (a busy machine): the bound stands, the percentage does not. On a GPU,
+    beating the compute roof means the estimate does not describe what ran: bound unknown. On a
+    CPU-side trace of a GPU job (no device activity recorded), ops "run" ten times faster than the
+    CPU could do their work because they only dispatched it: their time is dispatch overhead.
     """
     if groups.empty or "pct_of_ceiling" not in groups:
-        return 0
-    pct = pd.to_numeric(groups["pct_of_ceiling"], errors="coerce")
-    above = (pct > ABOVE_ROOF_PCT).to_numpy()
+        return {}
+    pct = pd.to_numeric(groups["pct_of_ceiling"], errors="coerce").to_numpy()
+    above = pct > ABOVE_ROOF_PCT
     if not above.any():
-        return 0
+        return {}
+    memory = above & (groups["bound"] == Bound.MEMORY.value).to_numpy()
+    compute = above & ~memory
+    groups.loc[memory, "ceiling"] = CACHE_CEILING
     if spec.kind == "cpu":
-        groups.loc[above, "bound"] = Bound.LATENCY.value
-        groups.loc[above, "ceiling"] = "dispatch (work not done on this CPU)"
+        groups.loc[compute, "ceiling"] = LOW_ROOF_CEILING
+        dispatch = pct > DISPATCH_PCT
+        groups.loc[dispatch, "bound"] = Bound.LATENCY.value
+        groups.loc[dispatch, "ceiling"] = DISPATCH_CEILING
     else:
-        memory = above & (groups["bound"] == Bound.MEMORY.value).to_numpy()
-        groups.loc[memory, "ceiling"] = "cache (above the HBM roof)"
-        compute = above & ~memory
         groups.loc[compute, "bound"] = Bound.UNKNOWN.value
-        groups.loc[compute, "ceiling"] = "estimate above the roof"
+        groups.loc[compute, "ceiling"] = UNKNOWN_ESTIMATE_CEILING
     groups.loc[above, "pct_of_ceiling"] = None
-    return int(above.sum())
+    return {k: int(v) for k, v in groups.loc[above, "ceiling"].value_counts().items()}
