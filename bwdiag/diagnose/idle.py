@@ -15,6 +15,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from bwdiag.diagnose.names import name_matches
 from bwdiag.diagnose.timeline import covered_within, merged_runs
 from bwdiag.trace import RankTrace
 
@@ -58,7 +59,7 @@ def idle_breakdown(trace: RankTrace, acts: pd.DataFrame) -> dict:
                gaps=int(len(gap)))
 
     rt = trace.tables.runtime
-    syncs = rt[rt["name"].str.contains(SYNC_CALLS, na=False)]
+    syncs = rt[name_matches(rt["name"], SYNC_CALLS)]
     if len(syncs) and host_wait.any():
         # A host-wait gap is caused by a sync when a sync call returned inside it.
         hs, he = gap_s[host_wait], gap_e[host_wait]
@@ -72,7 +73,7 @@ def idle_breakdown(trace: RankTrace, acts: pd.DataFrame) -> dict:
                             for n, r in top.iterrows()]
 
     ops = trace.ops
-    loader = ops[ops["name"].str.contains(DATA_LOADER, na=False)]
+    loader = ops[name_matches(ops["name"], DATA_LOADER)]
     if len(loader) and len(gap):
         runs = merged_runs(loader["ts"].to_numpy(float), loader["end"].to_numpy(float))
         out["causes"]["data_loader_us"] = float(covered_within(gap_s, gap_e, runs).sum())

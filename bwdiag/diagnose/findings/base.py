@@ -9,6 +9,7 @@ twice or saving more time than a bound class holds.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
@@ -17,6 +18,7 @@ import pandas as pd
 
 from bwdiag.costs.dtypes import dtype_bytes
 from bwdiag.diagnose.model import Diagnosis, Finding, FindingKind
+from bwdiag.diagnose.names import name_matches
 
 #: A finding whose saving is under this share of the window is noise, not advice ...
 MIN_SAVING_PCT = 0.5
@@ -86,8 +88,7 @@ class RuleContext:
     def is_training(self) -> bool:
         """Whether the trace has a backward pass or an optimizer step."""
         for a in self.analyses:
-            names = a.trace.ops["name"].astype(str)
-            if names.str.contains(r"[Bb]ackward|Optimizer\.step|autograd::engine", regex=True).any():
+            if name_matches(a.trace.ops["name"], _TRAINING).any():
                 return True
         return False
 
@@ -117,21 +118,29 @@ def rule(fn: Rule) -> Rule:
     return fn
 
 
+_TRAINING = re.compile(r"[Bb]ackward|Optimizer\.step|autograd::engine")
+
+
 # -- shared helpers -------------------------------------------------------------------------------
 
 
-_COLUMNS: dict[int, tuple[pd.DataFrame, dict[str, np.ndarray]]] = {}
+_TABLES: dict[int, tuple[pd.DataFrame, dict[str, np.ndarray], dict[int, tuple]]] = {}
+
+
+def _table_cache(ops: pd.DataFrame) -> tuple[dict[str, np.ndarray], dict[int, tuple]]:
+    """Per ops table: its columns as numpy arrays and tensor sizes per argument signature."""
+    entry = _TABLES.get(id(ops))
+    if entry is None or entry[0] is not ops:
+        entry = _TABLES[id(ops)] = (ops, {}, {})
+        if len(_TABLES) > 16:
+            _TABLES.pop(next(iter(_TABLES)))
+    return entry[1], entry[2]
 
 
 def op_column(ops: pd.DataFrame, column: str) -> np.ndarray:
     """``ops[column]`` as a numpy array, cached per table (``ops.at`` per row is slow on big traces).
     Ops tables have a RangeIndex, so an op index is a position."""
-    entry = _COLUMNS.get(id(ops))
-    if entry is None or entry[0] is not ops:
-        entry = _COLUMNS[id(ops)] = (ops, {})
-        if len(_COLUMNS) > 16:
-            _COLUMNS.pop(next(iter(_COLUMNS)))
-    cols = entry[1]
+    cols = _table_cache(ops)[0]
     if column not in cols:
         cols[column] = ops[column].to_numpy()
     return cols[column]
@@ -147,13 +156,28 @@ def op_chain(ops: pd.DataFrame, idx: int, depth: int = 8) -> list[str]:
     return names
 
 
-def tensor_sizes(ops: pd.DataFrame, idx: int) -> list[tuple[int, int]]:
-    """(numel, bytes per element) of each dimensioned tensor argument of op ``idx``."""
+def tensor_sizes(ops: pd.DataFrame, idx: int) -> tuple[tuple[int, int], ...]:
+    """(numel, bytes per element) of each dimensioned tensor argument of op ``idx``.
+
+    Worked out once per argument signature (the ops table's ``sig``: ops with equal ``Input Dims``,
+    ``Input type`` … share one), not once per op: a 1M-event trace has ~100k ops but a few thousand
+    signatures."""
     if idx < 0:
-        return []
-    dims, types = op_column(ops, "dims")[idx], op_column(ops, "types")[idx]
+        return ()
+    cols, by_sig = _table_cache(ops)
+    sig = cols.get("sig")
+    if sig is None:
+        sig = cols["sig"] = ops["sig"].to_numpy() if "sig" in ops else np.arange(len(ops))
+    key = int(sig[idx])
+    sizes = by_sig.get(key)
+    if sizes is None:
+        sizes = by_sig[key] = _sizes(op_column(ops, "dims")[idx], op_column(ops, "types")[idx])
+    return sizes
+
+
+def _sizes(dims, types) -> tuple[tuple[int, int], ...]:
     if not isinstance(dims, list):
-        return []
+        return ()
     out = []
     for i, d in enumerate(dims):
         if not (isinstance(d, list) and d and all(isinstance(x, int) for x in d)):
@@ -161,7 +185,7 @@ def tensor_sizes(ops: pd.DataFrame, idx: int) -> list[tuple[int, int]]:
         size = dtype_bytes(types[i]) if isinstance(types, list) and i < len(types) else None
         if size:
             out.append((math.prod(d), size))
-    return out
+    return tuple(out)
 
 
 def output_bytes(ops: pd.DataFrame, idx: int, total_bytes: float) -> float | None:

@@ -18,6 +18,7 @@ import pandas as pd
 
 from bwdiag.costs import Category
 from bwdiag.diagnose.findings.base import output_bytes, tensor_sizes
+from bwdiag.diagnose.names import name_matches
 
 FUSABLE = frozenset({
     Category.ELEMENTWISE.value, Category.NORM.value, Category.CAST.value, Category.REDUCTION.value,
@@ -108,7 +109,7 @@ def _fusable(acts: pd.DataFrame) -> np.ndarray:
         & ~acts["graph"].fillna(False).astype(bool).to_numpy()
         & (acts["op"].to_numpy() >= 0)
         & np.isfinite(nbytes) & (np.nan_to_num(nbytes) > 0)
-        & ~acts["name"].astype(str).str.match(COMPILED).to_numpy()
+        & ~name_matches(acts["name"].astype(str), COMPILED, anchored=True)
     )
 
 

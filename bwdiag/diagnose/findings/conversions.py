@@ -27,11 +27,19 @@ def layout_conversions(ctx: RuleContext) -> list[Finding]:
     time, acts_of, convert, transpose, modules = 0.0, defaultdict(list), 0, 0, []
     for pos, a in enumerate(ctx.analyses):
         acts, ops = a.activities, a.trace.ops
-        for i, (name, op, cat, module) in enumerate(zip(acts["name"], acts["op"], acts["category"], acts["module"])):
-            hit = bool(_LAYOUT_KERNEL.search(str(name)))
+        if acts.empty:
+            continue
+        names = acts["name"].astype(str)
+        # The name test once per distinct kernel name (names can be kilobytes of C++ templates).
+        converts = names.map({n: bool(_LAYOUT_KERNEL.search(n)) for n in names.unique()}).to_numpy(bool)
+        copies = (acts["category"] == "copy").to_numpy(bool) & (acts["op"].to_numpy() >= 0)
+        op_of, module_of = acts["op"].to_numpy(), acts["module"].to_numpy()
+        for i in np.flatnonzero(converts | copies):
+            op, module = op_of[i], module_of[i]
+            hit = bool(converts[i])
             if hit:
                 convert += 1
-            elif cat == "copy" and op >= 0:
+            else:
                 chain = op_chain(ops, int(op), 3)
                 if chain[0] in _MATERIALISE:  # the op itself is the unit of work (CPU traces)
                     hit = _strided_source(ops, int(op), 0)

@@ -34,10 +34,11 @@ def fusion(ctx: RuleContext) -> list[Finding]:
     patterns: dict[tuple, list] = defaultdict(list)  # op-name sequence -> [(rank, run)]
     for rank_pos, a in enumerate(ctx.analyses):
         taken = ctx.claimed(rank_pos)  # eager attention, layout copies, cast round trips: reported already
+        op_names = a.activities["op_name"].to_numpy()
         for run in fusable_runs(a.activities, a.trace.ops):
             if taken.intersection(run.rows.tolist()):
                 continue
-            names = tuple(a.activities["op_name"].iloc[run.rows])
+            names = tuple(op_names[run.rows].tolist())
             patterns[names].append((rank_pos, run))
     ranked = sorted(patterns.items(), key=lambda kv: -sum(r.saving_us for _, r in kv[1]))
     findings = []

@@ -13,6 +13,7 @@ import re
 from collections import defaultdict
 
 import numpy as np
+import pandas as pd
 
 from bwdiag.diagnose.findings.base import (
     RuleContext,
@@ -39,11 +40,12 @@ def per_parameter_optimizer(ctx: RuleContext) -> list[Finding]:
     acts_of = defaultdict(list)
     for pos, a in enumerate(ctx.analyses):
         ops, acts = a.trace.ops, a.activities
-        names = op_column(ops, "name").astype(str)
-        steps = [i for i, n in enumerate(names) if STEP.match(n) and "adam" in n.lower()]
+        names = pd.Series(op_column(ops, "name"), dtype=object).astype(str)
+        adam = {n for n in names.unique() if STEP.match(n) and "adam" in n.lower()}  # per distinct name
+        steps = np.flatnonzero(names.isin(adam).to_numpy()).tolist() if adam else []
         if not steps or acts.empty:
             continue
-        name = STEP.match(names[steps[0]]).group(1)
+        name = STEP.match(names.iat[steps[0]]).group(1)
         inside = _under(ops, acts["op"].to_numpy(), steps)
         if ALREADY_BATCHED.search(" ".join(acts.loc[inside, "name"].astype(str).unique())):
             continue
