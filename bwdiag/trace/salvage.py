@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-import pandas as pd
 
 #: Damaged places skipped before giving up on the rest of the file.
 MAX_REPAIRS = 16
@@ -209,15 +208,27 @@ def sanitize_args(tables) -> int:
     Downstream code (costs, shapes) may then trust their types. Returns how many events lost an arg.
     ``tables`` is an :class:`~bwdiag.trace.events.EventTables`; its frames are changed in place.
     """
+    import numpy as np
+    import pandas as pd
+
     touched: set[tuple[str, int]] = set()
     for name, frame, cols in (("ops", tables.ops, ("dims", "strides", "types", "concrete", "args")),
                               ("gpu", tables.gpu, ("args",))):
+        if frame.empty:
+            continue
+        # Ops sharing an argument signature share these values: check one op per signature.
+        by_sig = _first_of_each(frame["sig"].to_numpy()) if "sig" in frame else None
         for col in cols:
-            if frame.empty or col not in frame:
+            if col not in frame:
                 continue
             ok = _CHECKS[col]
             values = frame[col].tolist()
-            bad = [i for i, v in enumerate(values) if v is not None and not ok(v)]
+            if by_sig is not None and col != "args":
+                sig, firsts = by_sig
+                bad_sigs = [sig[i] for i in firsts if values[i] is not None and not ok(values[i])]
+                bad = np.flatnonzero(np.isin(sig, bad_sigs)).tolist() if bad_sigs else []
+            else:
+                bad = [i for i, v in enumerate(values) if v is not None and not ok(v)]
             if not bad:
                 continue
             for i in bad:
@@ -225,3 +236,10 @@ def sanitize_args(tables) -> int:
             frame[col] = pd.Series(values, index=frame.index, dtype=object)
             touched.update((name, i) for i in bad)
     return len(touched)
+
+
+def _first_of_each(sig):
+    """``sig`` and the row position of the first op of each distinct signature."""
+    import numpy as np
+
+    return sig, np.unique(sig, return_index=True)[1]
