@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from bwdiag.cache import cache_dir
 from bwdiag.diagnose.model import SpecSource
 from bwdiag.errors import BwdiagError
 from bwdiag.hardware.spec import GIB, DeviceSpec, spec_from_entry
@@ -64,12 +65,6 @@ class DeviceIdentity:
     @property
     def slug(self) -> str:
         return re.sub(r"[^a-z0-9]+", "-", f"{self.kind}-{self.key}".lower()).strip("-")
-
-
-def cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/bwdiag`` (``~/.cache/bwdiag`` when unset)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "bwdiag"
 
 
 def cache_path(identity: DeviceIdentity) -> Path:
