@@ -20,16 +20,28 @@ OUTPUT_NAMES = {"json": "diagnosis.json", "html": "report.html"}
 def analyze(paths: Sequence[str | os.PathLike], *, device_spec: Path | None = None,
             progress: bool = False) -> Diagnosis:
     """Load the traces under ``paths`` (files and/or folders of rank files) and diagnose them."""
-    from bwdiag.diagnose.build import diagnose
-    from bwdiag.diagnose.findings import add_findings
     from bwdiag.trace import find_trace_files, load_traces
 
     files = find_trace_files(list(paths))
     with _progress(progress, files) as bar:
-        traces, warnings = load_traces(files, progress=bar.file_done, file_progress=bar.file_bytes)
+        traces, warnings = load_traces(files, progress=bar.file_done, file_progress=bar.file_bytes,
+                                       meanwhile=_import_analysis)
         bar.phase("analysing")
+        from bwdiag.diagnose.build import diagnose
+        from bwdiag.diagnose.findings import add_findings
+
         diagnosis, analyses = diagnose(traces, device_spec=device_spec, load_warnings=warnings)
         return add_findings(diagnosis, analyses)
+
+
+def _import_analysis() -> None:
+    """Import what follows the load (pandas, the diagnosis, the report: ~0.6 s). ``load_traces``
+    calls this while worker processes parse a big trace, so the two overlap."""
+    import bwdiag.diagnose.build  # noqa: F401
+    import bwdiag.diagnose.findings  # noqa: F401
+    import bwdiag.report.html  # noqa: F401
+    import bwdiag.report.json_out  # noqa: F401
+    import bwdiag.trace.link  # noqa: F401
 
 
 def check_output_dir(out_dir: Path, *, force: bool = False) -> None:

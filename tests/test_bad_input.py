@@ -315,12 +315,9 @@ def test_existing_outputs_are_not_overwritten(tmp_path):
 
 def test_trace_larger_than_free_memory_is_refused_not_killed(tmp_path, monkeypatch):
     """A gzip that expands past the free memory is stopped with a message, before the OOM killer acts."""
-    import collections
+    from bwdiag.trace import read
 
-    import psutil
-
-    Mem = collections.namedtuple("Mem", "available")
-    monkeypatch.setattr(psutil, "virtual_memory", lambda: Mem(100_000))  # 0.1 MB free
+    monkeypatch.setattr(read, "available_memory", lambda: 100_000)  # 0.1 MB free
     case = BAD / "reference_good.json.gz"  # 21 kB on disk, 297 kB of JSON inside
     res = run(["analyze", str(case), "-o", str(tmp_path / "out")])
     refused(res, str(case), "more than the 0.0 GB of free memory", "analyse it on a machine with more memory")

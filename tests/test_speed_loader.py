@@ -187,3 +187,74 @@ def test_parallel_chunks_of_one_file_equal_serial(monkeypatch):
     assert_same_tables(serial.tables, parallel.tables)
     assert serial.metadata == parallel.metadata and serial.link_stats == parallel.link_stats
     assert serial.ops["sig"].nunique() == parallel.ops["sig"].nunique()
+
+
+class _NeverStarts:
+    """An executor whose workers never pick anything up: every chunk must be parsed by the reader."""
+
+    _max_workers = 1
+
+    def __init__(self) -> None:
+        self.submitted = 0
+
+    def submit(self, fn, *args):
+        from concurrent.futures import Future
+
+        self.submitted += 1
+        return Future()  # pending for ever; cancel() succeeds
+
+
+def test_reader_parses_queued_chunks_itself_rather_than_wait():
+    """Chunks no worker has started are taken back and parsed by the reading process, in file order."""
+    path = shared_trace(A100_TRAIN)
+    raw = read_trace_file(path)
+    tab, pool = Tabulator(), _NeverStarts()
+    meta = stream_events(path, tab.add, chunk_bytes=256 << 10, executor=pool, merge=tab.merge)
+    assert pool.submitted > 50  # the 25 MB trace went out in 256 KiB chunks ...
+    assert_same_tables(tabulate(raw.events), tab.finish())  # ... and every one came back parsed here
+    assert meta == raw.metadata
+
+
+def test_meanwhile_runs_once_while_workers_parse(monkeypatch):
+    """``meanwhile`` (the CLI's imports) runs exactly once during a parallel load, never in a serial one,
+    and changes nothing in the tables."""
+    import bwdiag.trace.load as load_mod
+
+    path = shared_trace(A100_TRAIN)
+    calls: list[int] = []
+    serial = load_rank(path, jobs=1, meanwhile=lambda: calls.append(1))
+    assert calls == []
+    monkeypatch.setattr(load_mod, "PARALLEL_MIN_BYTES", {"gzip": 0, "plain": 0})
+    parallel = load_rank(path, jobs=2, meanwhile=lambda: calls.append(1))
+    assert calls == [1]
+    assert_same_tables(serial.tables, parallel.tables)
+
+
+def test_parsing_pauses_the_garbage_collector_and_restores_it():
+    import gc
+
+    from bwdiag.trace.stream import paused_gc
+
+    assert gc.isenabled()
+    with paused_gc():
+        assert not gc.isenabled()
+        with paused_gc():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # an inner pause does not end the outer one
+    assert gc.isenabled()
+    seen = []
+    tab = Tabulator()
+    stream_events(shared_trace(A100_NCCL), tab.add, meanwhile=lambda: seen.append(gc.isenabled()))
+    assert gc.isenabled() and seen == []  # serial: no meanwhile, collector back on
+
+
+def test_cli_and_loader_import_without_pandas():
+    """``bwdiag analyze`` forks its parsing workers before pandas is imported (its ~0.5 s import then
+    overlaps the parse): the CLI, the pipeline and the trace loader must not import it themselves."""
+    import subprocess
+    import sys
+
+    code = ("import sys, bwdiag.cli, bwdiag.pipeline, bwdiag.trace, bwdiag.trace.stream; "
+            "print(sorted(m for m in ('pandas', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -11,10 +11,15 @@ from __future__ import annotations
 import math
 from array import array
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
 import orjson
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# numpy and pandas are imported where tables are built, not at module import: the parallel loader's
+# worker processes only tabulate (orjson, array), and they start before the analysis imports pandas.
 
 # Kineto category spellings over the versions → the names used here.
 CATEGORY_ALIASES = {
@@ -127,6 +132,9 @@ class _Columns:
         self.ints = ints
 
     def frame(self, t0: float) -> pd.DataFrame:
+        import numpy as np
+        import pandas as pd
+
         data = {}
         for c in self.order:
             col = self.cols[c]
@@ -349,6 +357,8 @@ class Tabulator:
 
     def merge(self, part: Tabulator) -> None:
         """Append another Tabulator's rows (the next chunk of the same file, tabulated elsewhere)."""
+        import numpy as np
+
         remap = np.array([self._sig(*v)[0] for v in part._sig_values], dtype=np.int64)
         sig = part.ops.cols["sig"]
         if len(sig):

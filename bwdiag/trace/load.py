@@ -6,16 +6,21 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from bwdiag.errors import TraceError
 from bwdiag.trace.events import EventTables, Tabulator
-from bwdiag.trace.link import LinkStats, link
 from bwdiag.trace.read import read_trace_file
 from bwdiag.trace.salvage import sanitize_args
-from bwdiag.trace.stream import CutRejected, NotStreamable, stream_events
+from bwdiag.trace.stream import CutRejected, NotStreamable, paused_gc, stream_events
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from bwdiag.trace.link import LinkStats
+
+# This module imports no pandas: a single big file's chunks are parsed by worker processes forked
+# before the caller imports its analysis (``meanwhile``), so neither side waits for the other.
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -83,28 +88,33 @@ def _is_trace_name(name: str) -> bool:
     return name.endswith(TRACE_SUFFIXES) and name not in ("diagnosis.json",)
 
 
-def load_rank(path: Path, progress: Callable[[int, int], None] | None = None, jobs: int = 1) -> RankTrace:
+def load_rank(path: Path, progress: Callable[[int, int], None] | None = None, jobs: int = 1,
+              meanwhile: Callable[[], None] | None = None) -> RankTrace:
     """Read, tabulate and link one trace file.
 
     Clean files are parsed in chunks (:mod:`bwdiag.trace.stream`), so the full list of event dicts
     never exists; a damaged file is read whole by :func:`~bwdiag.trace.read.read_trace_file`, which
     salvages what it can. Both give identical tables. ``progress(done, total)`` reports file bytes.
-    With ``jobs`` > 1 a big file's chunks are parsed by that many worker processes.
+    With ``jobs`` > 1 a big file's chunks are parsed by that many worker processes, and
+    ``meanwhile()`` (if given) is called once while they work: the caller's own work runs in parallel.
     """
+    from bwdiag.trace.link import link
+
     tab = Tabulator()
     try:
         try:
-            metadata = _stream(path, tab, progress, jobs)
+            metadata = _stream(path, tab, progress, jobs, meanwhile)
         except CutRejected:
             tab = Tabulator()
             metadata = stream_events(path, tab.add, progress=progress)
         warnings: list[str] = []
     except NotStreamable:
-        raw = read_trace_file(path)
-        metadata, warnings = raw.metadata, list(raw.warnings)
-        tab = Tabulator()
-        tab.add(raw.events)
-        del raw.events
+        with paused_gc():
+            raw = read_trace_file(path)
+            metadata, warnings = raw.metadata, list(raw.warnings)
+            tab = Tabulator()
+            tab.add(raw.events)
+            del raw.events
     n_events = tab.events
     tables = tab.finish()
     del tab
@@ -131,10 +141,10 @@ def load_rank(path: Path, progress: Callable[[int, int], None] | None = None, jo
 
 
 # Files at least this big (on disk) are parsed by several processes when jobs allow.
-PARALLEL_MIN_BYTES = {"gzip": 4 << 20, "plain": 48 << 20}
+PARALLEL_MIN_BYTES = {"gzip": 1 << 20, "plain": 16 << 20}
 
 
-def _stream(path: Path, tab: Tabulator, progress, jobs: int) -> dict[str, Any]:
+def _stream(path: Path, tab: Tabulator, progress, jobs: int, meanwhile=None) -> dict[str, Any]:
     try:
         size = path.stat().st_size
         with open(path, "rb") as fh:
@@ -143,16 +153,20 @@ def _stream(path: Path, tab: Tabulator, progress, jobs: int) -> dict[str, Any]:
         size, gz = 0, False
     if jobs <= 1 or size < PARALLEL_MIN_BYTES["gzip" if gz else "plain"]:
         return stream_events(path, tab.add, progress=progress)
-    with _pool(jobs) as pool:
-        return stream_events(path, tab.add, progress=progress, executor=pool, merge=tab.merge)
+    with _pool(jobs - 1) as pool:  # this process parses chunks too (stream_events steals queued ones)
+        return stream_events(path, tab.add, progress=progress, executor=pool, merge=tab.merge,
+                             meanwhile=meanwhile)
 
 
 def _pool(jobs: int):
+    import gc
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     methods = multiprocessing.get_all_start_methods()
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(
+    # gc.freeze in each forked worker: the collector then never walks the objects inherited from the
+    # parent, which would copy their pages into the worker (and cost time on every collection).
+    return ProcessPoolExecutor(max_workers=jobs, initializer=gc.freeze, mp_context=multiprocessing.get_context(
         "fork" if "fork" in methods else None))
 
 
@@ -253,19 +267,23 @@ def default_jobs(n_files: int) -> int:
 
 
 def load_traces(paths: Iterable[str | Path], *, progress=None, file_progress=None,
-                jobs: int | None = None) -> tuple[list[RankTrace], list[str]]:
+                jobs: int | None = None, meanwhile: Callable[[], None] | None = None
+                ) -> tuple[list[RankTrace], list[str]]:
     """Load every trace under ``paths``; one bad rank file among good ones is skipped with a warning.
 
     Several files are parsed in parallel by ``jobs`` worker processes (default :func:`default_jobs`),
     and so are the chunks of one big file; the result is identical to a serial load. ``progress()`` is called once per
     file done; ``file_progress(done, total)`` reports bytes read of a single file (serial loads only).
+    ``meanwhile()``, if given, is called at most once, while worker processes parse a big file: work
+    of the caller's that then runs in parallel with the parse (``bwdiag analyze`` imports pandas and
+    its analysis modules there).
     """
     files = find_trace_files(list(paths))
     jobs = default_jobs(len(files)) if jobs is None else max(1, min(jobs, len(files)) if len(files) > 1 else jobs)
     traces: list[RankTrace] = []
     warnings: list[str] = []
     errors: list[str] = []
-    for f, result in zip(files, _load_all(files, jobs, file_progress)):
+    for f, result in zip(files, _load_all(files, jobs, file_progress, meanwhile)):
         if isinstance(result, TraceError):
             if len(files) == 1:
                 raise result
@@ -283,22 +301,26 @@ def load_traces(paths: Iterable[str | Path], *, progress=None, file_progress=Non
     return sorted(traces, key=lambda t: t.rank), warnings
 
 
-def _load_or_error(path: Path, file_progress=None, jobs: int = 1) -> RankTrace | TraceError:
+def _load_or_error(path: Path, file_progress=None, jobs: int = 1, meanwhile=None) -> RankTrace | TraceError:
     try:
-        return load_rank(path, file_progress, jobs)
+        return load_rank(path, file_progress, jobs, meanwhile)
     except TraceError as err:
         return err
 
 
-def _load_all(files: list[Path], jobs: int, file_progress) -> Iterable[RankTrace | TraceError]:
+def _load_all(files: list[Path], jobs: int, file_progress, meanwhile=None) -> Iterable[RankTrace | TraceError]:
     """Each file's RankTrace (or its TraceError), in order; in worker processes when ``jobs`` > 1."""
     if len(files) == 1:  # one file: its chunks may still be parsed in parallel
-        yield _load_or_error(files[0], file_progress, jobs)
+        yield _load_or_error(files[0], file_progress, jobs, meanwhile)
         return
     if jobs <= 1:
         for f in files:
             yield _load_or_error(f)
         return
+    # Whole ranks load in the workers, tables and linking included: import pandas before forking
+    # them, so they inherit it instead of importing it one by one.
+    import pandas  # noqa: F401
+
     with _pool(jobs) as pool:
         futures = [pool.submit(_load_or_error, f) for f in files]  # all submitted before any wait
         for fut in futures:

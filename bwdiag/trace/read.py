@@ -93,13 +93,27 @@ def _read_bytes(path: Path, warnings: list[str]) -> bytes:
 _PIECE = 16 << 10  # compressed bytes fed at a time: what came before a corrupt block is kept
 
 
-def _check_fits(path: Path, nbytes: int, what: str) -> None:
-    """Refuse a trace whose text alone exceeds the free memory: parsing it would get the process killed."""
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (Linux ``MemAvailable``; psutil elsewhere), or None."""
+    try:
+        with open("/proc/meminfo", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         import psutil
 
-        free = psutil.virtual_memory().available
+        return psutil.virtual_memory().available
     except (ImportError, OSError):
+        return None
+
+
+def _check_fits(path: Path, nbytes: int, what: str) -> None:
+    """Refuse a trace whose text alone exceeds the free memory: parsing it would get the process killed."""
+    free = available_memory()
+    if free is None:
         return
     if nbytes > free:
         raise TraceError(
