@@ -168,16 +168,29 @@ class Diagnosis:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``diagnosis.json`` object: enums as their values, tuples as lists."""
-        return _plain(dataclasses.asdict(self))
+        return _plain(self)
 
 
 def _plain(value: Any) -> Any:
+    """Dataclasses to dicts, enums to values, tuples to lists, NaN to None: one walk, no copies
+    of leaves (``dataclasses.asdict`` deep-copies first, which cost 0.3 s on an 8-rank diagnosis)."""
+    t = type(value)
+    if t is str or t is int or t is bool or value is None:
+        return value
+    if t is float:
+        return None if value != value else value  # NaN is not JSON
+    if t is dict:
+        return {str(k): _plain(v) for k, v in value.items()}
+    if t is list or t is tuple:
+        return [_plain(v) for v in value]
     if isinstance(value, Enum):
         return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    if isinstance(value, float) and value != value:  # NaN is not JSON
+    if isinstance(value, float) and value != value:
         return None
     return value

@@ -18,6 +18,9 @@ def bound_of(k: KernelRow) -> str:
 
 def num(value: Any) -> float:
     """A finite float, 0.0 for unknown: only for sums and sorting, never for display."""
+    t = type(value)
+    if t is float or t is int:  # the common cases, without the ABC checks below
+        return float(value) if math.isfinite(value) else 0.0
     if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return 0.0
@@ -31,7 +34,16 @@ def positive(value: Any) -> bool:
 def clean(value: Any) -> Any:
     """JSON-safe all the way down: enums to values, tuples/sets to lists, NaN/inf to None,
     numpy-style scalars to Python numbers, anything else unknown to its ``str``."""
-    if value is None or isinstance(value, (bool, str)):
+    t = type(value)
+    if value is None or t is str or t is bool or t is int:  # exact types first: ABC checks are slow
+        return value
+    if t is float:
+        return value if math.isfinite(value) else None
+    if t is dict:
+        return {str(k): clean(v) for k, v in value.items()}
+    if t is list or t is tuple:
+        return [clean(v) for v in value]
+    if isinstance(value, (bool, str)):
         return value
     if isinstance(value, Enum):
         return clean(value.value)

@@ -317,8 +317,10 @@ def _load_all(files: list[Path], jobs: int, file_progress, meanwhile=None) -> It
         for f in files:
             yield _load_or_error(f)
         return
-    # Whole ranks load in the workers, tables and linking included: import pandas before forking
-    # them, so they inherit it instead of importing it one by one.
+    # Whole ranks load in the workers, tables and linking included: import pandas (and whatever the
+    # caller will need) before forking them, so they inherit it instead of importing it one by one.
+    if meanwhile is not None:
+        meanwhile()
     import pandas  # noqa: F401
 
     with _pool(jobs) as pool:

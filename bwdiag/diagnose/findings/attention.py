@@ -33,7 +33,7 @@ def attention_materialisation(ctx: RuleContext) -> list[Finding]:
         names = acts["op_name"].to_numpy()
         cats = acts["category"].to_numpy()
         streams = acts["stream"].to_numpy()
-        rows = np.array([a.activities.index.get_loc(i) for i in acts.index])
+        rows = a.activities.index.get_indexer(acts.index)  # positions in the rank's activities
         i = 0
         while i < len(acts):
             if names[i] not in BMM_OPS:

@@ -198,6 +198,44 @@ def output_bytes(ops: pd.DataFrame, idx: int, total_bytes: float) -> float | Non
     return float(written) if written > 0 else float(sizes[0][0] * sizes[0][1])
 
 
+@dataclass(frozen=True)
+class ArgBytes:
+    """Per op (one entry per requested op index): bytes of its tensor arguments, vectorised.
+
+    ``inputs``: their sum (NaN without dimensioned tensors); ``first``: the first one's;
+    ``sizes[sig[k]]``: the set of each argument's bytes (for "does it read a tensor this big?")."""
+
+    inputs: np.ndarray
+    first: np.ndarray
+    sig: np.ndarray
+    sizes: list[frozenset]
+
+    def written(self, total_bytes: np.ndarray) -> np.ndarray:
+        """:func:`output_bytes` per op for their ``total_bytes`` of traffic (NaN where unknown)."""
+        total = np.asarray(total_bytes, dtype=float)
+        known = np.isfinite(self.inputs) & np.isfinite(total)
+        rest = np.where(known, total - np.nan_to_num(self.inputs), np.nan)
+        return np.where(known, np.where(rest > 0, rest, self.first), np.nan)
+
+
+def arg_bytes(ops: pd.DataFrame, idx: np.ndarray) -> ArgBytes:
+    """:class:`ArgBytes` of the ops at ``idx`` (-1: no op), worked out once per argument signature."""
+    idx = np.asarray(idx, dtype=np.int64)
+    cols, _ = _table_cache(ops)
+    if "sig" not in cols:
+        cols["sig"] = ops["sig"].to_numpy() if "sig" in ops else np.arange(len(ops))
+    keys = np.where(idx >= 0, cols["sig"][np.maximum(idx, 0)] if len(ops) else -1, -1)
+    uniq, where, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    inputs, first, sizes = np.full(len(uniq), np.nan), np.full(len(uniq), np.nan), []
+    for j, (key, at) in enumerate(zip(uniq, where)):
+        args = tensor_sizes(ops, int(idx[at])) if key >= 0 else ()
+        if args:
+            inputs[j] = float(sum(n * e for n, e in args))
+            first[j] = float(args[0][0] * args[0][1])
+        sizes.append(frozenset(n * e for n, e in args))
+    return ArgBytes(inputs[inverse], first[inverse], inverse, sizes)
+
+
 def iteration_size(ops: pd.DataFrame, idx: int) -> int | None:
     """The largest tensor argument's element count: the loop a fused kernel would run over."""
     sizes = tensor_sizes(ops, idx)
@@ -267,6 +305,6 @@ def kernel_label(name: str, width: int = 60) -> str:
 
 __all__ = [
     "MAX_EVIDENCE_ITEMS", "MIN_SAVING_PCT", "RULES", "Rule", "RuleContext", "Target", "common_prefix",
-    "fmt_bandwidth", "fmt_bytes", "fmt_flops", "fmt_time", "iteration_size", "kernel_label", "op_chain", "output_bytes",
+    "ArgBytes", "arg_bytes", "fmt_bandwidth", "fmt_bytes", "fmt_flops", "fmt_time", "iteration_size", "kernel_label", "op_chain", "output_bytes",
     "rule", "short_list", "tensor_sizes",
 ]

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from bwdiag.costs import Category
-from bwdiag.diagnose.findings.base import output_bytes, tensor_sizes
+from bwdiag.diagnose.findings.base import arg_bytes, output_bytes
 from bwdiag.diagnose.names import name_matches
 
 FUSABLE = frozenset({
@@ -66,37 +66,35 @@ def fusable_runs(acts: pd.DataFrame, ops: pd.DataFrame, min_kernels: int = 2) ->
     kind_of = acts["kind"].to_numpy()[order]
     name_of = acts["name"].astype(str).to_numpy()[order]
     op_of = acts["op"].to_numpy()[order]
-    bytes_of = acts["bytes"].to_numpy(float)[order]
     fusable = _fusable(acts)[order]
+    args = arg_bytes(ops, op_of)
+    # What each kernel writes (NaN: not fusable, or unknown); a run goes on while the next kernel
+    # reads a tensor the size of that (traces record shapes, not tensor identities: this is the
+    # dataflow test they allow).
+    out_of = np.where(fusable, args.written(acts["bytes"].to_numpy(float)[order]), np.nan)
+    skip = (kind_of == "memset") | ((kind_of == "cpu_op") & name_matches(pd.Series(name_of), NO_DATA_OPS,
+                                                                          anchored=True))
     cols = _arrays(acts)
     runs: list[Run] = []
     current: list[int] = []
     prev_out = None  # bytes the last member wrote
     stream = None
-    for k, pos in enumerate(order):
+    for k, pos in enumerate(order.tolist()):
         if stream_of[k] != stream:
             _close(current, cols, ops, runs, min_kernels)
             current, prev_out, stream = [], None, stream_of[k]
-        if kind_of[k] == "memset" or (kind_of[k] == "cpu_op" and NO_DATA_OPS.match(name_of[k])):
+        if skip[k]:
             continue
-        op = int(op_of[k])
-        out = output_bytes(ops, op, float(bytes_of[k])) if fusable[k] else None
-        if out is None or (prev_out is not None and not _reads(ops, op, prev_out)):
+        out = out_of[k]
+        if out != out or (prev_out is not None and prev_out not in args.sizes[args.sig[k]]):  # NaN: ends a run
             _close(current, cols, ops, runs, min_kernels)
             current, prev_out = [], None
-            if out is None:
+            if out != out:
                 continue
-        current.append(int(pos))
+        current.append(pos)
         prev_out = out
     _close(current, cols, ops, runs, min_kernels)
     return runs
-
-
-def _reads(ops: pd.DataFrame, op: int, written: float) -> bool:
-    """Whether op ``op`` could read a tensor of ``written`` bytes: one of its tensor arguments (in
-    its recorded dtype) is that size. Traces record shapes, not tensor identities; this is the
-    dataflow test they allow."""
-    return any(written == n * e for n, e in tensor_sizes(ops, op))
 
 
 def _fusable(acts: pd.DataFrame) -> np.ndarray:
