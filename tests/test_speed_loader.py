@@ -258,3 +258,60 @@ def test_cli_and_loader_import_without_pandas():
             "print(sorted(m for m in ('pandas', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+_ORIGINALS: dict = {}
+
+
+class _DiesInAWorker:
+    """Stands in for a function sent to worker processes: in a worker it exits at once (as if killed
+    for memory); in the test's own process it calls the original. Picklable: workers get it by name."""
+
+    def __init__(self, original) -> None:
+        import os
+
+        self.key, self.parent, self.here = original.__qualname__, os.getpid(), 0
+        _ORIGINALS[self.key] = original
+
+    def __call__(self, *args):
+        import os
+
+        if os.getpid() != self.parent:
+            os._exit(9)
+        self.here += 1
+        return _ORIGINALS[self.key](*args)
+
+
+def test_a_worker_that_dies_mid_file_means_a_serial_parse_not_a_traceback(monkeypatch):
+    import bwdiag.trace.load as load_mod
+    import bwdiag.trace.stream as stream_mod
+
+    path = shared_trace(A100_TRAIN)
+    serial = load_rank(path, jobs=1)
+    monkeypatch.setattr(load_mod, "PARALLEL_MIN_BYTES", {"gzip": 0, "plain": 0})
+    monkeypatch.setattr(stream_mod, "tabulate_chunk", _DiesInAWorker(stream_mod.tabulate_chunk))
+    streams = []
+    real_stream = load_mod.stream_events
+
+    def spy(*args, **kwargs):
+        streams.append(kwargs.get("executor") is not None)
+        return real_stream(*args, **kwargs)
+
+    monkeypatch.setattr(load_mod, "stream_events", spy)
+    again = load_rank(path, jobs=3)
+    assert streams == [True, False]  # the parallel parse gave up, the serial one finished
+    assert_same_tables(serial.tables, again.tables)
+
+
+def test_a_worker_that_dies_on_a_rank_means_loading_the_rest_here(monkeypatch):
+    import bwdiag.trace.load as load_mod
+
+    files = [shared_trace(A100_NCCL), shared_trace(A100_TRAIN)]
+    serial, _ = load_traces(files, jobs=1)
+    stand_in = _DiesInAWorker(load_mod._load_or_error)
+    monkeypatch.setattr(load_mod, "_load_or_error", stand_in)
+    again, _ = load_traces(files, jobs=2)
+    assert stand_in.here == 2  # both ranks were loaded in this process after the workers died
+    assert [t.rank for t in again] == [t.rank for t in serial]
+    for a, b in zip(serial, again):
+        assert_same_tables(a.tables, b.tables)

@@ -323,10 +323,23 @@ def _load_all(files: list[Path], jobs: int, file_progress, meanwhile=None) -> It
         meanwhile()
     import pandas  # noqa: F401
 
+    from concurrent.futures import BrokenExecutor
+
     with _pool(jobs) as pool:
-        futures = [pool.submit(_load_or_error, f) for f in files]  # all submitted before any wait
-        for fut in futures:
-            yield fut.result()
+        futures = []
+        for f in files:  # all submitted before any wait
+            try:
+                futures.append(pool.submit(_load_or_error, f))
+            except BrokenExecutor:
+                futures.append(None)
+        for f, fut in zip(files, futures):
+            try:
+                if fut is not None:
+                    yield fut.result()
+                    continue
+            except BrokenExecutor:  # a worker died (killed for memory?): load the rest here, one by one
+                pass
+            yield _load_or_error(f)
 
 
 def _assign_ranks(traces: list[RankTrace], warnings: list[str]) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import zlib
 from collections import deque
+from concurrent.futures import BrokenExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -43,7 +44,8 @@ class NotStreamable(Exception):
 
 
 class CutRejected(NotStreamable):
-    """A chunk sent to a worker was not cut at an event boundary: stream the file serially instead."""
+    """The parallel parse cannot go on (a chunk sent to a worker was not cut at an event boundary,
+    or a worker process died, e.g. killed for memory): stream the file serially instead."""
 
 
 @contextmanager
@@ -171,7 +173,8 @@ def stream_events(path: Path, consume: Callable[[list], None], *, chunk_bytes: i
     With an ``executor`` (a process pool), whole chunks are parsed and tabulated by its workers
     (:func:`tabulate_chunk`) and their partial tables handed, in file order, to ``merge``; only the
     last events go to ``consume``. Rather than wait for a worker, this process parses queued chunks
-    no worker has started, so a pool of N workers keeps N + 1 cores busy. A chunk a worker cannot parse raises :class:`CutRejected`.
+    no worker has started, so a pool of N workers keeps N + 1 cores busy. A chunk a worker cannot
+    parse, or a worker that dies, raises :class:`CutRejected`.
     ``meanwhile()`` is then called once, after the first ``_AHEAD_BYTES`` of chunks are handed out and
     before waiting for any: the caller's own work overlaps the parse. The garbage collector is paused
     while parsing and tabulating (:func:`paused_gc`), though not during ``meanwhile()``.
@@ -230,7 +233,10 @@ def _stream_events(path, consume, chunk_bytes, progress, executor, merge, meanwh
         while len(pending) > keep:
             if not pending[0][0].done() and steal():
                 continue
-            part = pending.popleft()[0].result()
+            try:
+                part = pending.popleft()[0].result()
+            except BrokenExecutor:
+                raise CutRejected("a worker process died") from None
             if part is None:
                 for fut, _ in pending:
                     fut.cancel()
@@ -297,7 +303,10 @@ def _stream_events(path, consume, chunk_bytes, progress, executor, merge, meanwh
             cut = _boundary(buf, limit)
             if cut >= 0:
                 chunk = buf[: cut + 1]
-                pending.append([executor.submit(tabulate_chunk, chunk), chunk])
+                try:
+                    pending.append([executor.submit(tabulate_chunk, chunk), chunk])
+                except BrokenExecutor:
+                    raise CutRejected("a worker process died") from None
                 del chunk
                 buf = buf[cut + 2:]
                 if meanwhile is not None:
