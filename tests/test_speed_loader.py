@@ -34,6 +34,25 @@ def assert_same_tables(a, b) -> None:
     assert a.unknown_categories == b.unknown_categories
 
 
+@pytest.fixture
+def forking(monkeypatch):
+    """Let the loader fork its workers even though torch is loaded in this test process (other test
+    modules import it; the workers only parse JSON), and count the pools it starts, so a test of the
+    parallel path fails if the load quietly ran serially."""
+    import bwdiag.trace.load as load_mod
+
+    monkeypatch.setattr(load_mod, "forkable", lambda: True)
+    started: list[int] = []
+    real_pool = load_mod._pool
+
+    def pool(jobs):
+        started.append(jobs)
+        return real_pool(jobs)
+
+    monkeypatch.setattr(load_mod, "_pool", pool)
+    return started
+
+
 def streamed(path: Path, chunk_bytes: int):
     tab = Tabulator()
     meta = stream_events(path, tab.add, chunk_bytes=chunk_bytes)
@@ -116,13 +135,14 @@ def test_damaged_files_fall_back_to_the_salvaging_reader(tmp_path, damage):
     assert all(w in rank.warnings for w in raw.warnings) and raw.warnings
 
 
-def test_parallel_ranks_equal_serial():
+def test_parallel_ranks_equal_serial(forking):
     """Worker processes load exactly what a serial loop loads, in the same rank order."""
     files = [shared_trace("hta/timeline_analysis/sampled_rank-0.json.gz"),
              shared_trace("hta/trace_filter/sampled_rank-1.json.gz"),
              shared_trace("hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz")]
     serial, w1 = load_traces(files, jobs=1)
     parallel, w2 = load_traces(files, jobs=2)
+    assert forking == [2]
     assert w1 == w2
     assert [t.rank for t in serial] == [t.rank for t in parallel]
     for a, b in zip(serial, parallel):
@@ -130,11 +150,12 @@ def test_parallel_ranks_equal_serial():
         assert_same_tables(a.tables, b.tables)
 
 
-def test_bad_rank_among_good_ones_is_skipped_in_parallel(tmp_path):
+def test_bad_rank_among_good_ones_is_skipped_in_parallel(tmp_path, forking):
     good = shared_trace("hta/triton_example/triton_example.json.gz")
     bad = tmp_path / "rank1.json"
     bad.write_bytes(b"not json at all")
     traces, warnings = load_traces([good, bad], jobs=2)
+    assert forking == [2]
     assert [t.path for t in traces] == [good]
     assert any("skipped unreadable rank file" in w and "rank1.json" in w for w in warnings)
 
@@ -174,16 +195,17 @@ def test_generated_trace_repeats_the_source_with_consistent_links(tmp_path):
     assert steps.sum() == 3 * original.tables.annotations["name"].str.startswith("ProfilerStep#").sum()
 
 
-def test_parallel_chunks_of_one_file_equal_serial(monkeypatch):
-    """Chunks parsed by two worker processes and merged give the serial tables (ids remapped)."""
+def test_parallel_chunks_of_one_file_equal_serial(monkeypatch, forking):
+    """Chunks parsed by worker processes and merged give the serial tables (ids remapped)."""
     import bwdiag.trace.load as load_mod
     import bwdiag.trace.stream as stream_mod
 
     path = shared_trace(A100_TRAIN)
     serial = load_rank(path, jobs=1)
     monkeypatch.setattr(load_mod, "PARALLEL_MIN_BYTES", {"gzip": 0, "plain": 0})
-    monkeypatch.setattr(stream_mod, "CHUNK_BYTES", 1 << 20)  # ~25 chunks over the two workers
-    parallel = load_rank(path, jobs=2)
+    monkeypatch.setattr(stream_mod, "WORKER_CHUNK_BYTES", 256 << 10)  # ~100 chunks
+    parallel = load_rank(path, jobs=3)
+    assert forking == [2]  # two workers, and this process parses chunks too
     assert_same_tables(serial.tables, parallel.tables)
     assert serial.metadata == parallel.metadata and serial.link_stats == parallel.link_stats
     assert serial.ops["sig"].nunique() == parallel.ops["sig"].nunique()
@@ -215,7 +237,7 @@ def test_reader_parses_queued_chunks_itself_rather_than_wait():
     assert meta == raw.metadata
 
 
-def test_meanwhile_runs_once_while_workers_parse(monkeypatch):
+def test_meanwhile_runs_once_while_workers_parse(monkeypatch, forking):
     """``meanwhile`` (the CLI's imports) runs exactly once during a parallel load, never in a serial one,
     and changes nothing in the tables."""
     import bwdiag.trace.load as load_mod
@@ -282,7 +304,7 @@ class _DiesInAWorker:
         return _ORIGINALS[self.key](*args)
 
 
-def test_a_worker_that_dies_mid_file_means_a_serial_parse_not_a_traceback(monkeypatch):
+def test_a_worker_that_dies_mid_file_means_a_serial_parse_not_a_traceback(monkeypatch, forking):
     import bwdiag.trace.load as load_mod
     import bwdiag.trace.stream as stream_mod
 
@@ -299,11 +321,11 @@ def test_a_worker_that_dies_mid_file_means_a_serial_parse_not_a_traceback(monkey
 
     monkeypatch.setattr(load_mod, "stream_events", spy)
     again = load_rank(path, jobs=3)
-    assert streams == [True, False]  # the parallel parse gave up, the serial one finished
+    assert forking == [2] and streams == [True, False]  # the parallel parse gave up, the serial one finished
     assert_same_tables(serial.tables, again.tables)
 
 
-def test_a_worker_that_dies_on_a_rank_means_loading_the_rest_here(monkeypatch):
+def test_a_worker_that_dies_on_a_rank_means_loading_the_rest_here(monkeypatch, forking):
     import bwdiag.trace.load as load_mod
 
     files = [shared_trace(A100_NCCL), shared_trace(A100_TRAIN)]
@@ -311,7 +333,30 @@ def test_a_worker_that_dies_on_a_rank_means_loading_the_rest_here(monkeypatch):
     stand_in = _DiesInAWorker(load_mod._load_or_error)
     monkeypatch.setattr(load_mod, "_load_or_error", stand_in)
     again, _ = load_traces(files, jobs=2)
-    assert stand_in.here == 2  # both ranks were loaded in this process after the workers died
+    assert forking == [2] and stand_in.here == 2  # both ranks were loaded in this process after the workers died
     assert [t.rank for t in again] == [t.rank for t in serial]
     for a, b in zip(serial, again):
         assert_same_tables(a.tables, b.tables)
+
+
+def test_no_worker_processes_are_forked_once_torch_is_loaded(monkeypatch):
+    """bwdiag run / bwdiag.profile analyse in the process that ran the user's torch code: forking it is
+    unsafe (torch's and CUDA's threads), so files and chunks load here instead, with the same tables."""
+    import sys
+    import types
+
+    import bwdiag.trace.load as load_mod
+
+    path = shared_trace(A100_TRAIN)
+    serial = load_rank(path, jobs=1)
+    monkeypatch.setattr(load_mod, "PARALLEL_MIN_BYTES", {"gzip": 0, "plain": 0})
+    monkeypatch.setitem(sys.modules, "torch", sys.modules.get("torch") or types.ModuleType("torch"))
+
+    def no_pool(jobs):
+        raise AssertionError("a process pool was started with torch loaded")
+
+    monkeypatch.setattr(load_mod, "_pool", no_pool)
+    again = load_rank(path, jobs=2)
+    assert_same_tables(serial.tables, again.tables)
+    traces, _ = load_traces([shared_trace(A100_NCCL), path], jobs=2)
+    assert len(traces) == 2

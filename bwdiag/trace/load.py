@@ -151,11 +151,28 @@ def _stream(path: Path, tab: Tabulator, progress, jobs: int, meanwhile=None) -> 
             gz = fh.read(2) == b"\x1f\x8b"
     except OSError:
         size, gz = 0, False
-    if jobs <= 1 or size < PARALLEL_MIN_BYTES["gzip" if gz else "plain"]:
+    if jobs <= 1 or size < PARALLEL_MIN_BYTES["gzip" if gz else "plain"] or not forkable():
         return stream_events(path, tab.add, progress=progress)
     with _pool(jobs - 1) as pool:  # this process parses chunks too (stream_events steals queued ones)
         return stream_events(path, tab.add, progress=progress, executor=pool, merge=tab.merge,
                              meanwhile=meanwhile)
+
+
+def forkable() -> bool:
+    """Whether worker processes may be forked from this process.
+
+    Not once torch is loaded here: ``bwdiag run`` and ``bwdiag.profile`` analyse in the process that
+    ran the user's script, where torch's OpenMP pool and CUDA's threads may hold locks that a forked
+    child would inherit locked (fork copies only the calling thread), and CUDA is not fork-safe.
+    Those captures load in this process, one file after another. (numpy's OpenBLAS threads, present
+    in ``bwdiag analyze`` once the analysis is imported, are fork-safe: OpenBLAS registers fork
+    handlers.) Spawned workers are no alternative: they would re-import the user's script as
+    ``__main__``.
+    """
+    import multiprocessing
+    import sys
+
+    return "fork" in multiprocessing.get_all_start_methods() and "torch" not in sys.modules
 
 
 def _pool(jobs: int):
@@ -163,11 +180,10 @@ def _pool(jobs: int):
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    methods = multiprocessing.get_all_start_methods()
     # gc.freeze in each forked worker: the collector then never walks the objects inherited from the
     # parent, which would copy their pages into the worker (and cost time on every collection).
-    return ProcessPoolExecutor(max_workers=jobs, initializer=gc.freeze, mp_context=multiprocessing.get_context(
-        "fork" if "fork" in methods else None))
+    return ProcessPoolExecutor(max_workers=jobs, initializer=gc.freeze,
+                               mp_context=multiprocessing.get_context("fork"))
 
 
 #: Share of kernel time not linked to an op above which loading warns.
@@ -313,7 +329,7 @@ def _load_all(files: list[Path], jobs: int, file_progress, meanwhile=None) -> It
     if len(files) == 1:  # one file: its chunks may still be parsed in parallel
         yield _load_or_error(files[0], file_progress, jobs, meanwhile)
         return
-    if jobs <= 1:
+    if jobs <= 1 or not forkable():
         for f in files:
             yield _load_or_error(f)
         return
