@@ -182,8 +182,17 @@ def _pool(jobs: int):
 
     # gc.freeze in each forked worker: the collector then never walks the objects inherited from the
     # parent, which would copy their pages into the worker (and cost time on every collection).
-    return ProcessPoolExecutor(max_workers=jobs, initializer=gc.freeze,
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=gc.freeze,
                                mp_context=multiprocessing.get_context("fork"))
+    # When a worker dies (killed for memory) while a 1 MB chunk is being written to it, the queue's
+    # feeder thread can stay blocked on that pipe for good (any process forked later holds its read
+    # end), and Python would wait for that thread at exit: the process would never end. Results all
+    # come back through their futures, so nothing needs that join (CPython's ProcessPoolExecutor
+    # has no public switch for it; _call_queue is its queue of work for the workers).
+    call_queue = getattr(pool, "_call_queue", None)
+    if call_queue is not None:
+        call_queue.cancel_join_thread()
+    return pool
 
 
 #: Share of kernel time not linked to an op above which loading warns.
