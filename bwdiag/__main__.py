@@ -1,4 +1,4 @@
-from bwdiag.cli import main
+from bwdiag.cli import console_main
 
 if __name__ == "__main__":
-    main()
+    console_main()

@@ -166,3 +166,17 @@ def _find_number(doc, key):
             if found is not None:
                 return found
     return None
+
+
+def test_console_program_ends_fast_but_complete(tmp_path):
+    """``python -m bwdiag analyze`` ends with os._exit after a success (no freeing of every object):
+    everything it printed and wrote must be complete; a failure still exits through Python, status 2."""
+    out = tmp_path / "out"
+    proc = _run_cli("analyze", str(shared_trace(H100_BERT)), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.rstrip("\n").splitlines()
+    assert lines[-2:] == [f"json: {out / 'diagnosis.json'}", f"html: {out / 'report.html'}"]
+    assert json.loads((out / "diagnosis.json").read_text())["schema"] == "bwdiag/diagnosis@1"
+    assert (out / "report.html").read_text().rstrip().endswith("</html>")
+    bad = _run_cli("analyze", str(tmp_path / "missing.json"), "-o", str(tmp_path / "o2"))
+    assert bad.returncode == 2 and bad.stderr.startswith("bwdiag: error: ")
