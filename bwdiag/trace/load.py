@@ -95,8 +95,9 @@ def load_rank(path: Path, progress: Callable[[int, int], None] | None = None, jo
     Clean files are parsed in chunks (:mod:`bwdiag.trace.stream`), so the full list of event dicts
     never exists; a damaged file is read whole by :func:`~bwdiag.trace.read.read_trace_file`, which
     salvages what it can. Both give identical tables. ``progress(done, total)`` reports file bytes.
-    With ``jobs`` > 1 a big file's chunks are parsed by that many worker processes, and
-    ``meanwhile()`` (if given) is called once while they work: the caller's own work runs in parallel.
+    With ``jobs`` > 1 a big file's chunks are parsed by that many processes (``jobs`` − 1 workers
+    and this one), and ``meanwhile()`` (if given) is called once while the workers have chunks
+    queued: the caller's own work runs in parallel with the parse.
     """
     from bwdiag.trace.link import link
 

@@ -30,8 +30,8 @@ CHUNK_BYTES = 8 << 20  # JSON bytes per parsed chunk (~10x that in transient dic
 # With worker processes: 1 MB chunks, each process holding one chunk's dicts at a time (a 1M-event
 # trace peaks at 1.6x its JSON size this way, 2.5x with 4 MB chunks; no slower).
 WORKER_CHUNK_BYTES = 1 << 20
-# JSON bytes handed to the workers before the caller's ``meanwhile`` runs: more than one worker
-# parses while the analysis imports (~0.6 s), so it never runs dry.
+# JSON bytes handed to the workers before the caller's ``meanwhile`` runs: more than they parse
+# while the analysis imports (~0.6 s), so they never run dry meanwhile.
 _AHEAD_BYTES = 32 << 20
 _READ_BYTES = 256 << 10  # file bytes per read: a gzip block inflates ~20x, and the first chunk should not wait
 _HEAD_LIMIT = 64 << 20  # the traceEvents key must appear within this many bytes
