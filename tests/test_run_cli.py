@@ -40,6 +40,9 @@ SCRIPT = textwrap.dedent(
             {}["k"]
         except KeyError as err:
             raise RuntimeError("while handling") from err
+    if mode == "atexit":
+        import atexit
+        atexit.register(lambda: print("atexit ran", flush=True))
     if mode == "interrupt":
         import atexit
         atexit.register(lambda: print("atexit ran", flush=True))
@@ -99,6 +102,7 @@ def _compare(script: Path, *args: str) -> tuple[subprocess.CompletedProcess, sub
         (("argparse", "--lr", "3e-4"), 0),
         (("argparse", "--help"), 0),
         (("argparse",), 2),  # argparse's own usage error
+        (("atexit",), 0),  # the script's atexit handlers run after a normal end, as under python
     ],
 )
 def test_run_matches_python(script: Path, args: tuple[str, ...], status: int) -> None:
@@ -108,6 +112,8 @@ def test_run_matches_python(script: Path, args: tuple[str, ...], status: int) ->
     assert f"argv ['sub/x.py'{''.join(', ' + repr(a) for a in args)}]" in ours.stdout
     assert f"path0 {script.parent}" in ours.stdout
     assert f"file {script} __main__ None None" in ours.stdout
+    if args == ("atexit",):  # bwdiag's own quick exit (after analyze) must never skip the script's handlers
+        assert ours.stdout.endswith("atexit ran\n")
 
 
 def test_exception_traceback_has_no_bwdiag_frames(script: Path) -> None:
