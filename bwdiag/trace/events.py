@@ -207,7 +207,7 @@ class Tabulator:
         # The hot loop of the loader: locals and bound methods only (this runs once per event).
         aliases = CATEGORY_ALIASES
         intern = self._strings.setdefault
-        gpu, ops, rt, mods = self.gpu.cols, self.ops.cols, self.runtime.cols, self.modules.cols
+        gpu, ops, rt = self.gpu.cols, self.ops.cols, self.runtime.cols
         rt_name, rt_ts, rt_dur, rt_pid, rt_tid, rt_corr, rt_ext = (
             rt[c].append for c in ("name", "ts", "dur", "pid", "tid", "correlation", "ext_id"))
         (op_name, op_cat, op_ts, op_dur, op_pid, op_tid, op_ext, op_dims, op_types, op_conc, op_strides,
@@ -309,11 +309,7 @@ class Tabulator:
                 if kind == "user_annotation":
                     self._annotation(name, "cpu", ts, dur, pid, tid)
                     if name.startswith("nn.Module: "):  # bwdiag run's module spans (capture/annotate.py)
-                        mods["name"].append(intern(name[11:], name[11:]))
-                        mods["ts"].append(ts)
-                        mods["dur"].append(dur)
-                        mods["pid"].append(pid)
-                        mods["tid"].append(tid)
+                        self._module(intern(name[11:], name[11:]), ts, dur, pid, tid)
             elif kind in GPU_KINDS:
                 grid = args.get("grid")
                 blocks = _MISSING
@@ -333,12 +329,16 @@ class Tabulator:
                 self._annotation(name, "gpu", ts, dur, pid, tid)
             elif kind == "python_function":
                 if name.startswith("nn.Module: "):
-                    mods["name"].append(intern(name[11:], name[11:]))
-                    mods["ts"].append(ts)
-                    mods["dur"].append(dur)
-                    mods["pid"].append(pid)
-                    mods["tid"].append(tid)
+                    self._module(intern(name[11:], name[11:]), ts, dur, pid, tid)
         self.t0 = t0
+
+    def _module(self, name, ts, dur, pid, tid) -> None:
+        mods = self.modules.cols
+        mods["name"].append(name)
+        mods["ts"].append(ts)
+        mods["dur"].append(dur)
+        mods["pid"].append(pid)
+        mods["tid"].append(tid)
 
     def _annotation(self, name, side, ts, dur, pid, tid) -> None:
         ann = self.annotations.cols
