@@ -57,6 +57,9 @@ _FUNCTOR_RULES: list[tuple[re.Pattern[str], Category]] = [
 ]
 
 
+_FUSED_SKIP = frozenset({Category.ATTENTION, Category.CONV, Category.GEMM})
+
+
 def _head(name: str) -> str:
     """The kernel's own function name: template arguments, parameters and return type dropped."""
     text = name.replace("(anonymous namespace)", "anon")
@@ -97,8 +100,14 @@ def _categorize_kernel(name: str) -> Category:
             if pattern.search(name):
                 return cat
         return Category.ELEMENTWISE
+    # Inductor's pointwise/reduction kernels are named after the aten ops fused into them
+    # (``triton_poi_fused__scaled_dot_product_flash_attention_cat_transpose_0`` only re-lays out
+    # attention's output): they do no GEMM, convolution or attention work.
+    pointwise = head.startswith(("triton_poi_", "triton_red_", "triton_per_"))
     for text in (head, name):
         for pattern, cat in _KERNEL_RES:
+            if pointwise and cat in _FUSED_SKIP:
+                continue
             if pattern.search(text):
                 return cat
     return Category.OTHER

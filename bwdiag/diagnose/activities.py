@@ -1,7 +1,13 @@
 """Join each GPU activity (or, on a CPU-only trace, each leaf CPU op) with its cost estimate.
 
 An op's FLOPs and bytes are spread over the kernels it launched in proportion to their time (a
-split-K GEMM's reduction kernel shares the GEMM's cost). Kernels with no shaped op — torch.compile,
+split-K GEMM's reduction kernel shares the GEMM's cost). Helper kernels of a GEMM, convolution or
+attention op — ones whose own name says layout transpose, copy, cast, fill or elementwise (cuDNN
+``nchwToNhwcKernel``, MIOpen ``batched_transpose_*``, a ``direct_copy`` under ``aten::addmm``) — keep
+their own category and take no share: the op's cost goes wholly to its main-work kernels, and a
+copy-like helper is given 0 FLOPs, and a layout copy (transpose) the bytes of reading and writing the
+op's first input (when its shape is recorded; otherwise bytes stay unknown). When every kernel of the op looks like a helper, they all share as before.
+Kernels with no shaped op — torch.compile,
 Triton, CUDA-graph replays, launches the trace did not record — keep ``None`` estimates and are
 categorised by their name.
 """
@@ -14,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from bwdiag.costs import Category, Cost, categorize_kernel, estimate_op, memcpy_cost, memset_cost
+from bwdiag.costs.dtypes import dtype_bytes
 from bwdiag.diagnose.tensor_units import matrix_unit
 from bwdiag.trace import RankTrace
 
@@ -21,6 +28,12 @@ ACTIVITY_COLUMNS = [
     "name", "kind", "ts", "dur", "end", "stream", "blocks", "op", "op_name", "shapes", "module",
     "category", "dtype", "tensor", "flops", "bytes", "graph", "link", "args", "launch_ts", "launch_dur",
 ]
+
+# Ops whose cost is arithmetic done by their main kernels; helper kernels they launch (by their own
+# name) take none of it.
+_COMPUTE = frozenset({Category.GEMM.value, Category.CONV.value, Category.ATTENTION.value})
+_COPY_LIKE = frozenset({Category.COPY.value, Category.CAST.value, Category.MEMSET.value, Category.MEMCPY.value})
+_HELPER = _COPY_LIKE | {Category.ELEMENTWISE.value}
 
 
 def gpu_activities(trace: RankTrace) -> pd.DataFrame:
@@ -44,11 +57,8 @@ def gpu_activities(trace: RankTrace) -> pd.DataFrame:
     first_kernel = dict(zip(op_idx[costed][::-1], gpu["name"].to_numpy()[costed][::-1]))
     op_costs = _op_costs(ops, np.unique(op_idx[costed]), first_kernel)
 
-    # Kernel time per op, to share the op's cost among its kernels.
     is_costed_kernel = (kinds == "kernel") & ~graph & (op_idx >= 0)
     durs = gpu["dur"].to_numpy()
-    op_time = pd.Series(durs[is_costed_kernel]).groupby(op_idx[is_costed_kernel]).sum()
-    op_kernels = pd.Series(durs[is_costed_kernel]).groupby(op_idx[is_costed_kernel]).size()
 
     # Kernels that inherit their op's cost (one vectorised pass per distinct op).
     rows = np.flatnonzero(is_costed_kernel & (category != Category.COMMUNICATION.value))
@@ -56,18 +66,31 @@ def gpu_activities(trace: RankTrace) -> pd.DataFrame:
         ops_here = op_idx[rows]
         costed = np.array([op_costs.get(o) is not None for o in ops_here], dtype=bool)
         rows, ops_here = rows[costed], ops_here[costed]
+    helper = np.zeros(len(rows), dtype=bool)
     if len(rows):
         costs = [op_costs[o] for o in ops_here]
-        total = op_time.reindex(ops_here).fillna(0.0).to_numpy()
+        # Helper kernels (by their own name) of compute ops; an op all of whose kernels look like
+        # helpers keeps sharing among them all.
+        helper = np.array([c.category.value in _COMPUTE for c in costs], dtype=bool) \
+            & np.isin(category[rows], list(_HELPER))
+        if helper.any():
+            main_ops = set(ops_here[~helper].tolist())
+            helper &= np.array([o in main_ops for o in ops_here], dtype=bool)
+        main = ~helper
+        total = pd.Series(durs[rows[main]]).groupby(ops_here[main]).sum().reindex(ops_here).fillna(0.0).to_numpy()
+        count = pd.Series(durs[rows[main]]).groupby(ops_here[main]).size().reindex(ops_here).fillna(1).to_numpy()
         # Instant (zero-duration) kernels are legitimate: when all of an op's kernels are instant,
         # they share its cost equally rather than dropping it.
-        share = 1.0 / op_kernels.reindex(ops_here).fillna(1).to_numpy(dtype=float)
+        share = 1.0 / count.astype(float)
         np.divide(durs[rows], total, out=share, where=total > 0)
-        own = np.array([c.category is not Category.OTHER for c in costs], dtype=bool)
+        share[helper] = 0.0
+        own = np.array([c.category is not Category.OTHER for c in costs], dtype=bool) & main
         category[rows[own]] = [c.category.value for c, o in zip(costs, own) if o]
         unit_of: dict[tuple, tuple] = {}
         for k, (i, c) in enumerate(zip(rows, costs)):
-            if c.tensor:
+            if helper[k]:
+                dtype[i] = c.dtype
+            elif c.tensor:
                 key = (name_codes[i], c.dtype)
                 unit = unit_of.get(key)
                 if unit is None:
@@ -79,6 +102,16 @@ def gpu_activities(trace: RankTrace) -> pd.DataFrame:
         cb = np.array([np.nan if c.bytes is None else c.bytes for c in costs], dtype=float)
         flops[rows] = cf * share
         nbytes[rows] = cb * share
+        if helper.any():
+            flops[rows[helper]] = np.nan
+            nbytes[rows[helper]] = np.nan
+            first_input = _first_input_bytes(ops, np.unique(ops_here[helper]))
+            for i, o in zip(rows[helper], ops_here[helper]):
+                if category[i] in _COPY_LIKE:
+                    flops[i] = 0.0  # a transpose or copy does no arithmetic
+                    b = first_input.get(o)
+                    if b is not None and category[i] == Category.COPY.value:
+                        nbytes[i] = 2.0 * b  # reads and writes the tensor it re-lays out
 
     # Copies and fills: their own cost, from their args.
     args = gpu["args"].to_numpy(dtype=object)
@@ -183,6 +216,21 @@ def _op_costs(ops: pd.DataFrame, indices, kernel_names: dict | None = None) -> d
         if cost is None:
             cost = cache[key] = estimate_op(name, dims, types, concrete, strides, kernel_name=kernel)
         out[idx] = cost
+    return out
+
+
+def _first_input_bytes(ops: pd.DataFrame, indices: np.ndarray) -> dict[int, float]:
+    """Size in bytes of each op's first tensor input (ops whose first argument has no recorded
+    shape or element type are left out)."""
+    out: dict[int, float] = {}
+    sel = ops.loc[indices, ["dims", "types"]]
+    for idx, dims, types in zip(sel.index, sel["dims"], sel["types"]):
+        if not isinstance(dims, list) or not dims or not isinstance(dims[0], list) or not dims[0]:
+            continue
+        size = dtype_bytes(types[0]) if isinstance(types, list) and types else None
+        if size is None or not all(isinstance(d, (int, np.integer)) and d >= 0 for d in dims[0]):
+            continue
+        out[int(idx)] = float(np.prod(dims[0], dtype=float)) * size
     return out
 
 
