@@ -5,8 +5,10 @@ split-K GEMM's reduction kernel shares the GEMM's cost). Helper kernels of a GEM
 attention op — ones whose own name says layout transpose, copy, cast, fill or elementwise (cuDNN
 ``nchwToNhwcKernel``, MIOpen ``batched_transpose_*``, a ``direct_copy`` under ``aten::addmm``) — keep
 their own category and take no share: the op's cost goes wholly to its main-work kernels, and a
-copy-like helper is given 0 FLOPs, and a layout copy (transpose) the bytes of reading and writing the
-op's first input (when its shape is recorded; otherwise bytes stay unknown). When every kernel of the op looks like a helper, they all share as before.
+copy-like helper is given 0 FLOPs, and a layout copy (transpose) under a convolution the bytes of
+reading and writing the op's first input, the activation it re-lays out (when its shape is recorded;
+otherwise, and under GEMM/attention ops, where a copy's size is not the first input's, bytes stay
+unknown). When every kernel of the op looks like a helper, they all share as before.
 Kernels with no shaped op — torch.compile,
 Triton, CUDA-graph replays, launches the trace did not record — keep ``None`` estimates and are
 categorised by their name.
@@ -109,7 +111,7 @@ def gpu_activities(trace: RankTrace) -> pd.DataFrame:
             for i, o in zip(rows[helper], ops_here[helper]):
                 if category[i] in _COPY_LIKE:
                     flops[i] = 0.0  # a transpose or copy does no arithmetic
-                    b = first_input.get(o)
+                    b = first_input.get(o) if op_costs[o].category is Category.CONV else None
                     if b is not None and category[i] == Category.COPY.value:
                         nbytes[i] = 2.0 * b  # reads and writes the tensor it re-lays out
 
