@@ -5,12 +5,12 @@ split-K GEMM's reduction kernel shares the GEMM's cost). Helper kernels of a GEM
 attention op — ones whose own name says layout transpose, copy, cast, fill or elementwise (cuDNN
 ``nchwToNhwcKernel``, MIOpen ``batched_transpose_*``, a ``direct_copy`` under ``aten::addmm``) — keep
 their own category and take no share: the op's cost goes wholly to its main-work kernels, and a
-copy-like helper is given 0 FLOPs, and a layout copy (transpose) under a convolution the bytes of
-reading and writing the op's first input, the activation it re-lays out (when its shape is recorded;
-otherwise, and under GEMM/attention ops, where a copy's size is not the first input's, bytes stay
-unknown). When every kernel of the op looks like a helper, they all share as before.
-Kernels with no shaped op — torch.compile,
-Triton, CUDA-graph replays, launches the trace did not record — keep ``None`` estimates and are
+copy-like helper gets 0 FLOPs. A layout copy (transpose) under a convolution gets
+the bytes of reading and writing the op's first input, the activation it re-lays out, when that
+input's shape is recorded. Its bytes stay unknown otherwise, and under GEMM/attention ops, where a
+copy's size is not the first input's. When every kernel of an op looks like a helper, they all
+share its cost as before. Kernels with no shaped op — torch.compile, Triton, CUDA-graph replays,
+launches the trace did not record — keep ``None`` estimates and are
 categorised by their name.
 """
 
