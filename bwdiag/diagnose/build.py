@@ -24,7 +24,8 @@ from bwdiag.diagnose.model import (
     Source,
     TimeBreakdown,
 )
-from bwdiag.diagnose.timeline import profiler_steps, rank_time
+from bwdiag.diagnose.steps import step_spans, trace_end_us
+from bwdiag.diagnose.timeline import rank_time
 from bwdiag.hardware import DeviceSpec, resolve_device
 from bwdiag.trace import RankTrace
 
@@ -84,12 +85,15 @@ def diagnose(traces: Sequence[RankTrace], *, device_spec: Path | None = None,
     fits = fit_latency_bandwidth(collectives)
     collectives = with_regimes(collectives, fits)
     extras = _timeline_extras(analyses, fits)
+    spans = _step_spans(analyses)
+    if spans:
+        extras["step_durations_us"] = dict(zip(spans[0].step_ids, spans[0].durations_us))
 
     diagnosis = Diagnosis(
         source=Source(tuple(str(t.path) for t in traces), tuple(t.rank for t in traces), trace_kind,
                       _torch_version(traces)),
         device=spec.to_device_info(),
-        time=_time(analyses),
+        time=_time(analyses, spans),
         kernels=tuple(sorted(kernels, key=lambda r: -r.total_us)),
         collectives=tuple(collectives),
         findings=(),
@@ -156,7 +160,13 @@ def _mean_dict(dicts: list[dict]) -> dict:
     return out
 
 
-def _time(analyses: list[RankAnalysis]) -> TimeBreakdown:
+def _step_spans(analyses: list[RankAnalysis]) -> list:
+    """Each rank's complete ProfilerStep spans (steps.StepSpans), ranks without steps left out."""
+    found = (step_spans(a.trace.tables.annotations, trace_end_us(a.trace.tables)) for a in analyses)
+    return [s for s in found if s is not None]
+
+
+def _time(analyses: list[RankAnalysis], spans: list) -> TimeBreakdown:
     n = len(analyses)
     total = sum(a.time.window_us for a in analyses) / n
     by_bound = {k: sum(a.time.by_bound[k] for a in analyses) / n for k in TIME_KEYS}
@@ -165,8 +175,14 @@ def _time(analyses: list[RankAnalysis]) -> TimeBreakdown:
     overlap = None
     if comm > 0:
         overlap = 100.0 * (comm - sum(a.time.exposed_communication_us for a in analyses)) / comm
-    steps = profiler_steps(analyses[0].trace.tables.annotations)
-    return TimeBreakdown(total, by_bound, exposed, overlap, steps, total / steps if steps else None)
+    if not spans:
+        return TimeBreakdown(total, by_bound, exposed, overlap)
+    first = spans[0]
+    return TimeBreakdown(total, by_bound, exposed, overlap, len(first.step_ids),
+                         float(np.median([s.median_us for s in spans])),
+                         min(s.min_us for s in spans), max(s.max_us for s in spans),
+                         first.step_ids, tuple(sorted({i for s in spans for i in s.abnormal})),
+                         first.side, first.excluded)
 
 
 def _coverage(analyses: list[RankAnalysis]) -> Coverage:

@@ -78,8 +78,14 @@ class TimeBreakdown:
     by_bound: dict[str, float]  # TIME_KEYS -> µs, summing to total_us
     exposed_communication_us: float
     communication_overlap_pct: float | None  # None when there is no communication
-    steps: int | None = None  # ProfilerStep count when the trace marks steps
-    step_us: float | None = None
+    steps: int | None = None  # complete ProfilerStep spans measured (first rank with steps)
+    step_us: float | None = None  # MEDIAN complete step (median over ranks' medians); None without steps
+    step_min_us: float | None = None
+    step_max_us: float | None = None
+    step_ids: tuple[int, ...] = ()  # the complete steps measured (ProfilerStep#N numbers)
+    abnormal_steps: tuple[int, ...] = ()  # step ids longer than 1.5x the median (kept, flagged)
+    step_source: str | None = None  # "gpu" | "cpu": which ProfilerStep spans were measured
+    steps_excluded: tuple[int, ...] = ()  # step ids left out: cut by the trace end or without duration
 
 
 @dataclass(frozen=True)

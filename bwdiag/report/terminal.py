@@ -67,13 +67,20 @@ def print_summary(
     if v["step_us"]:
         when.append(f"Step {fmt_time(v['step_us'])}", style="bold")
         if v["steps"] and v["steps"] > 1:
-            when.append(f" (mean of {v['steps']} steps)", style="dim")
+            spread = ""
+            if v.get("step_min_us") is not None and v.get("step_max_us") is not None:
+                spread = f", {fmt_time(v['step_min_us'])}–{fmt_time(v['step_max_us'])}"
+            when.append(f" (median of {v['steps']} complete steps{spread})", style="dim")
         elif v["steps"]:
-            when.append(" (one step)", style="dim")
+            when.append(" (one complete step)", style="dim")
         when.append(f"  ·  window {fmt_time(v['total_us'])}", style="dim")
     else:
         when.append(f"Analysed window {fmt_time(v['total_us'])}", style="bold")
     console.print(when)
+    for ab in v.get("abnormal_steps") or ():
+        ratio = f"{ab['ratio']:.1f}× the median" if ab.get("ratio") else "over 1.5× the median"
+        console.print(Text(f"step {ab['step']} took {ratio}: counted in the median and "
+                           "the window totals", style="yellow"))
     if v["dominant"]:
         console.print(
             Text(f"{v['headline']} ({fmt_pct(v['dominant_pct'])} of the time)",
@@ -100,7 +107,8 @@ def print_summary(
         if v["projected_us"] is not None:
             proj = Text("Projected after fixes: ", style="bold")
             base = v["projected_step_us"] if v["projected_step_us"] else v["projected_us"]
-            proj.append(f"{fmt_time(base)}", style="bold green")
+            proj.append(f"{fmt_time(base)}" + (" per step" if v["projected_step_us"] else " per window"),
+                        style="bold green")
             proj.append(f"  (−{fmt_pct(v['saving_pct'])}", style="green")
             if v["speedup"]:
                 proj.append(f", {v['speedup']:.2f}× faster", style="green")

@@ -67,6 +67,13 @@ def build_verdict(d: Diagnosis) -> dict:
         "total_us": total,
         "steps": d.time.steps,
         "step_us": step_us,
+        "step_min_us": clean(d.time.step_min_us),
+        "step_max_us": clean(d.time.step_max_us),
+        "step_source": d.time.step_source,
+        "abnormal_steps": [
+            {"step": i, "ratio": (dur / step_us) if step_us else None}
+            for i, dur in _abnormal(d)
+        ],
         "bars": bars,
         "dominant": dominant["key"] if dominant else None,
         "dominant_pct": dominant["pct"] if dominant else None,
@@ -88,6 +95,12 @@ def build_verdict(d: Diagnosis) -> dict:
         if step_us:
             verdict["projected_step_us"] = step_us * projected / total
     return verdict
+
+
+def _abnormal(d: Diagnosis) -> list[tuple[int, float]]:
+    """(step id, duration µs) of the abnormal steps; the duration from extras when known."""
+    durs = (d.extras or {}).get("step_durations_us") or {}
+    return [(i, durs.get(i, durs.get(str(i), d.time.step_max_us or 0.0))) for i in d.time.abnormal_steps]
 
 
 def projected_time(d: Diagnosis) -> float | None:

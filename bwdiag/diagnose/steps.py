@@ -1,0 +1,94 @@
+"""Step time from complete ``ProfilerStep#N`` spans (median and spread, never window ÷ count).
+
+GPU-side spans (``gpu_user_annotation``) are preferred when the trace has them: they measure what
+the device did per step; otherwise the CPU-side ``user_annotation`` spans are used. Several spans
+with the same step name (one per stream on the GPU side) are merged into one [first start, last end].
+
+A step is left out when it has no positive duration, or when it is cut: it ends at (or beyond) the
+last event of the rank — a truncated trace or a Ctrl-C salvages its duration up to the end — and is
+shorter than half the median of the other steps. A last step that ends at the trace end but is of
+ordinary length is kept; a long one is kept and flagged abnormal (> 1.5× the median), not hidden.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+ABNORMAL_RATIO = 1.5
+CUT_RATIO = 0.5
+
+
+@dataclass(frozen=True)
+class StepSpans:
+    side: str  # "gpu" | "cpu": which ProfilerStep spans were measured
+    step_ids: tuple[int, ...]  # complete steps, in order
+    durations_us: tuple[float, ...]  # one per step id
+    median_us: float
+    min_us: float
+    max_us: float
+    abnormal: tuple[int, ...]  # step ids longer than ABNORMAL_RATIO × median
+    excluded: tuple[int, ...] = ()  # step ids left out (cut or without duration)
+
+
+def _spans(annotations: pd.DataFrame, side: str) -> pd.DataFrame:
+    rows = annotations.loc[annotations["side"] == side, ["name", "ts", "dur"]]
+    ids = rows["name"].astype(str).str.extract(_STEP.pattern, expand=False)
+    rows = rows.assign(step=ids).dropna(subset=["step"])
+    if rows.empty:
+        return rows
+    rows = rows.assign(step=rows["step"].astype(int), end=rows["ts"] + rows["dur"].fillna(0.0))
+    merged = rows.groupby("step").agg(ts=("ts", "min"), end=("end", "max"))
+    merged["dur"] = merged["end"] - merged["ts"]
+    return merged.sort_index()
+
+
+def step_spans(annotations: pd.DataFrame, trace_end_us: float | None = None) -> StepSpans | None:
+    """The complete ProfilerStep spans of one rank, or None when it has none.
+
+    ``trace_end_us`` is the end of the rank's last event (same time base as ``annotations``); without
+    it the last span end stands in for it.
+    """
+    if annotations is None or annotations.empty:
+        return None
+    for side in ("gpu", "cpu"):
+        spans = _spans(annotations, side)
+        if len(spans):
+            break
+    else:
+        return None
+    spans = spans[np.isfinite(spans["dur"]) & (spans["dur"] > 0)]
+    all_ids = set(_spans(annotations, side).index)
+    if spans.empty:
+        return None
+    end = float(trace_end_us) if trace_end_us is not None else float(spans["end"].max())
+    keep = np.ones(len(spans), dtype=bool)
+    durs = spans["dur"].to_numpy(float)
+    ends = spans["end"].to_numpy(float)
+    tol = 1e-6 * max(1.0, abs(end))
+    for i in np.flatnonzero(ends >= end - tol):
+        others = np.delete(durs, i)
+        if len(others) and durs[i] < CUT_RATIO * float(np.median(others)):
+            keep[i] = False
+    spans = spans[keep]
+    durs = spans["dur"].to_numpy(float)
+    med = float(np.median(durs))
+    ids = tuple(int(s) for s in spans.index)
+    abnormal = tuple(i for i, d in zip(ids, durs) if d > ABNORMAL_RATIO * med)
+    return StepSpans(side, ids, tuple(float(d) for d in durs), med, float(durs.min()), float(durs.max()),
+                     abnormal, tuple(sorted(all_ids - set(ids))))
+
+
+def trace_end_us(tables) -> float | None:
+    """The end of the last timed event in a rank's tables (kernels, ops, runtime, annotations)."""
+    ends = []
+    for frame in (tables.gpu, tables.ops, tables.runtime, tables.annotations):
+        if frame is not None and len(frame) and "ts" in frame and "dur" in frame:
+            e = (frame["ts"] + frame["dur"].fillna(0.0)).max()
+            if np.isfinite(e):
+                ends.append(float(e))
+    return max(ends) if ends else None

@@ -1,0 +1,65 @@
+"""Step time from complete ProfilerStep spans: median and spread, cut steps left out."""
+
+import pandas as pd
+import pytest
+
+from bwdiag.diagnose.steps import step_spans
+
+
+def frame(rows):
+    return pd.DataFrame(rows, columns=["name", "side", "ts", "dur"]).assign(pid=0, tid=0)
+
+
+def steps(side, durs, start=0.0, gap=10.0):
+    rows, t = [], start
+    for i, d in enumerate(durs):
+        rows.append((f"ProfilerStep#{i + 1}", side, t, d))
+        t += d + gap
+    return rows
+
+
+def test_median_and_spread_of_complete_steps():
+    s = step_spans(frame(steps("cpu", [221.0, 224.0, 230.0])), trace_end_us=2000.0)
+    assert s.side == "cpu" and s.step_ids == (1, 2, 3)
+    assert s.median_us == 224.0 and s.min_us == 221.0 and s.max_us == 230.0
+    assert s.abnormal == () and s.excluded == ()
+
+
+def test_truncated_last_step_is_left_out():
+    rows = steps("cpu", [100.0, 102.0, 98.0, 30.0])
+    end = rows[-1][2] + rows[-1][3]  # the last step ends where the trace ends
+    s = step_spans(frame(rows), trace_end_us=end)
+    assert s.step_ids == (1, 2, 3) and s.median_us == 100.0 and s.excluded == (4,)
+
+
+def test_short_last_step_inside_the_trace_is_kept():
+    rows = steps("cpu", [100.0, 102.0, 98.0, 30.0])
+    s = step_spans(frame(rows), trace_end_us=10_000.0)
+    assert s.step_ids == (1, 2, 3, 4) and s.median_us == 99.0
+
+
+def test_abnormal_step_is_kept_and_flagged():
+    rows = steps("cpu", [100.0, 100.0, 100.0, 100.0, 200.0])
+    end = rows[-1][2] + rows[-1][3]
+    s = step_spans(frame(rows), trace_end_us=end)
+    assert s.step_ids == (1, 2, 3, 4, 5) and s.median_us == 100.0 and s.max_us == 200.0
+    assert s.abnormal == (5,)
+
+
+def test_gpu_spans_preferred_and_streams_merged():
+    rows = steps("cpu", [50.0, 50.0, 50.0])
+    rows += [("ProfilerStep#1", "gpu", 5.0, 60.0), ("ProfilerStep#1", "gpu", 20.0, 75.0),  # two streams
+             ("ProfilerStep#2", "gpu", 70.0, 80.0), ("ProfilerStep#3", "gpu", 160.0, 90.0)]
+    s = step_spans(frame(rows), trace_end_us=1000.0)
+    assert s.side == "gpu" and s.durations_us == (90.0, 80.0, 90.0) and s.median_us == 90.0
+
+
+def test_zero_duration_and_other_annotations_ignored():
+    rows = steps("cpu", [100.0, 0.0, 120.0]) + [("forward", "cpu", 0.0, 999.0), ("ProfilerStep#x", "cpu", 0, 5)]
+    s = step_spans(frame(rows), trace_end_us=5000.0)
+    assert s.step_ids == (1, 3) and s.median_us == pytest.approx(110.0) and s.excluded == (2,)
+
+
+def test_no_steps():
+    assert step_spans(frame([("forward", "cpu", 0.0, 10.0)])) is None
+    assert step_spans(frame([])) is None
