@@ -7,6 +7,7 @@ renamed. ``None`` means unknown (no estimate), never zero.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -51,8 +52,59 @@ class SpecSource(str, Enum):
     ASSUMED = "assumed"
 
 
+# ------------------------------------------------------------------------ the boundary: no NaN inside
+
+_TEXT = ("str", "str | None")
+_NUMBER = ("float", "float | None", "int | None")
+_PLAN: dict[type, tuple[tuple[str, str], ...]] = {}
+
+
+def _plan(cls: type) -> tuple[tuple[str, str], ...]:
+    plan = _PLAN.get(cls)
+    if plan is None:
+        plan = _PLAN[cls] = tuple(
+            (f.name, f.type) for f in dataclasses.fields(cls)
+            if f.type in _TEXT or f.type in _NUMBER or f.type == "tuple[str, ...]")
+    return plan
+
+
+def _clean_text(value: Any, optional: bool) -> str | None:
+    if type(value) is str:
+        return value
+    if value is None or (isinstance(value, float) and value != value):  # pandas' NaN for "no module"
+        return None if optional else ""
+    return value.value if isinstance(value, Enum) else str(value)
+
+
+def _clean_number(value: Any, optional: bool) -> Any:
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if optional else value
+    return value
+
+
+class _Clean:
+    """Turns what pandas hands over (NaN for a missing text, inf or NaN numbers) into ``None`` once,
+    when a record is built: no text field of a Diagnosis holds anything but ``str`` or ``None``,
+    no optional number anything but a finite number or ``None``."""
+
+    def __post_init__(self) -> None:
+        for name, kind in _plan(type(self)):
+            value = getattr(self, name)
+            if kind in _TEXT:
+                new = _clean_text(value, kind.endswith("None"))
+            elif kind == "tuple[str, ...]":
+                new = tuple(t for t in (_clean_text(v, True) for v in value) if t is not None) \
+                    if value is not None else ()
+            else:
+                new = _clean_number(value, kind.endswith("None"))
+            if new is not value:
+                object.__setattr__(self, name, new)
+
+
 @dataclass(frozen=True)
-class Source:
+class Source(_Clean):
     paths: tuple[str, ...]
     ranks: tuple[int, ...]
     trace_kind: str  # "gpu" | "cpu"
@@ -60,7 +112,7 @@ class Source:
 
 
 @dataclass(frozen=True)
-class DeviceInfo:
+class DeviceInfo(_Clean):
     name: str
     kind: str  # "gpu" | "cpu"
     spec_source: str  # SpecSource value
@@ -73,7 +125,7 @@ class DeviceInfo:
 
 
 @dataclass(frozen=True)
-class TimeBreakdown:
+class TimeBreakdown(_Clean):
     total_us: float  # mean per rank of the analysed window
     by_bound: dict[str, float]  # TIME_KEYS -> µs, summing to total_us
     exposed_communication_us: float
@@ -89,7 +141,7 @@ class TimeBreakdown:
 
 
 @dataclass(frozen=True)
-class KernelRow:
+class KernelRow(_Clean):
     """One kernel group: same rank, kernel name, launching op and input shapes."""
 
     name: str
@@ -114,7 +166,7 @@ class KernelRow:
 
 
 @dataclass(frozen=True)
-class CollectiveRow:
+class CollectiveRow(_Clean):
     name: str
     rank: int
     collective: str
@@ -131,7 +183,7 @@ class CollectiveRow:
 
 
 @dataclass(frozen=True)
-class Finding:
+class Finding(_Clean):
     kind: str  # FindingKind value
     title: str
     est_saving_us: float
@@ -141,13 +193,13 @@ class Finding:
 
 
 @dataclass(frozen=True)
-class Coverage:
+class Coverage(_Clean):
     linked_pct: float  # share of kernel time linked to a launching op
     estimated_pct: float  # share of kernel time with flops or bytes
 
 
 @dataclass(frozen=True)
-class RankSummary:
+class RankSummary(_Clean):
     rank: int
     total_us: float
     busy_us: float
