@@ -113,8 +113,10 @@ def test_coverage_on_h100_and_a100():
     nccl = [k for k in a100.kernels if k.name.startswith("ncclKernel")]
     assert nccl and all(k.category == "communication" and k.bound == "communication" for k in nccl)
     # 868 of its 7,743 activities have no recorded launch (side-stream NCCL, optimizer, compiled
-    # GEMMs): 79.6% of the time links; torch.compile'd GEMMs have no shaped op.
-    assert a100.coverage.linked_pct == pytest.approx(79.64, abs=0.01)
+    # GEMMs): 79.6% of all GPU time links; counting compute kernels alone (the NCCL SendRecv
+    # kernels, 47% of kernel time and mostly linked, apart) 69.9% does. torch.compile'd GEMMs have
+    # no shaped op.
+    assert a100.coverage.linked_pct == pytest.approx(69.95, abs=0.01)
 
 
 @pytest.fixture(scope="module")

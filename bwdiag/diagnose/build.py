@@ -186,19 +186,32 @@ def _time(analyses: list[RankAnalysis], spans: list) -> TimeBreakdown:
 
 
 def _coverage(analyses: list[RankAnalysis]) -> Coverage:
-    total = linked = estimated = 0.0
+    """Coverage of compute kernels, copies and collectives, each on its own (see ``Coverage``)."""
+    sums = {k: 0.0 for k in ("compute", "linked", "estimated", "copy", "copy_est", "coll", "coll_est")}
     for a in analyses:
         acts = a.activities
         if acts.empty:
             continue
         dur = acts["dur"].to_numpy(float)
-        total += dur.sum()
-        linked += dur[acts["op"].to_numpy() >= 0].sum()
+        kind = acts["kind"].to_numpy(dtype=object)
+        is_copy = (kind == "memcpy") | (kind == "memset")
+        is_coll = ~is_copy & (acts["category"].to_numpy(dtype=object) == "communication")
+        is_compute = ~is_copy & ~is_coll
         known = acts["flops"].notna().to_numpy() | acts["bytes"].notna().to_numpy()
-        estimated += dur[known].sum()
-    if total <= 0:
-        return Coverage(0.0, 0.0)
-    return Coverage(float(100.0 * linked / total), float(100.0 * estimated / total))
+        sums["compute"] += dur[is_compute].sum()
+        sums["linked"] += dur[is_compute & (acts["op"].to_numpy() >= 0)].sum()
+        sums["estimated"] += dur[is_compute & known].sum()
+        sums["copy"] += dur[is_copy].sum()
+        sums["copy_est"] += dur[is_copy & known].sum()
+        sums["coll"] += dur[is_coll].sum()
+        sums["coll_est"] += dur[is_coll & known].sum()
+
+    def share(part: str, whole: str) -> float | None:
+        return float(100.0 * sums[part] / sums[whole]) if sums[whole] > 0 else None
+
+    return Coverage(share("linked", "compute") or 0.0, share("estimated", "compute") or 0.0,
+                    float(sums["compute"]), float(sums["copy"]), share("copy_est", "copy"),
+                    float(sums["coll"]), share("coll_est", "coll"))
 
 
 def _world_size(trace: RankTrace) -> int | None:

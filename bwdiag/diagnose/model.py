@@ -194,8 +194,22 @@ class Finding(_Clean):
 
 @dataclass(frozen=True)
 class Coverage(_Clean):
-    linked_pct: float  # share of kernel time linked to a launching op
-    estimated_pct: float  # share of kernel time with flops or bytes
+    """What share of each kind of device time the diagnosis can price.
+
+    *Compute kernels* are every kernel (or, on a CPU trace, leaf op) that is neither a copy
+    (memcpy/memset) nor a collective: ``linked_pct`` and ``estimated_pct`` count those alone, so a
+    trace whose copies carry byte counts but whose GEMMs have no shapes reads low, as it should.
+    Copies are priced from their byte counts, collectives from their message sizes: each has its own
+    figure (``None`` when the trace has none of that kind).
+    """
+
+    linked_pct: float  # share of compute-kernel time linked to a launching op
+    estimated_pct: float  # share of compute-kernel time with a FLOP or byte estimate
+    compute_us: float = 0.0  # compute-kernel time the two shares are of (summed over ranks)
+    copy_us: float = 0.0  # memcpy + memset time
+    copy_estimated_pct: float | None = None  # share of copy time with a byte count
+    collective_us: float = 0.0
+    collective_estimated_pct: float | None = None  # share of collective time with a message size
 
 
 @dataclass(frozen=True)

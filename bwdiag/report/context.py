@@ -75,6 +75,11 @@ def build_context(diagnosis: Diagnosis) -> dict:
         "coverage": {
             "linked_pct": clean(diagnosis.coverage.linked_pct),
             "estimated_pct": clean(diagnosis.coverage.estimated_pct),
+            "compute_us": clean(diagnosis.coverage.compute_us),
+            "copy_us": clean(diagnosis.coverage.copy_us),
+            "copy_estimated_pct": clean(diagnosis.coverage.copy_estimated_pct),
+            "collective_us": clean(diagnosis.coverage.collective_us),
+            "collective_estimated_pct": clean(diagnosis.coverage.collective_estimated_pct),
         },
         "warnings": list(diagnosis.warnings),
     }

@@ -44,6 +44,18 @@ def printable(text: str) -> str:
     return text.translate(_CONTROL_CHARS)
 
 
+def coverage_line(cov: dict, noun: str = "kernel") -> str:
+    """One sentence that names what each coverage figure counts."""
+    line = (f"Estimates cover {fmt_pct(cov['estimated_pct'])} of compute-{noun} time "
+            f"(copies and collectives apart); {fmt_pct(cov['linked_pct'])} linked to an op.")
+    extra = []
+    if cov.get("copy_us"):
+        extra.append(f"copies {fmt_pct(cov['copy_estimated_pct'])} with byte counts")
+    if cov.get("collective_us"):
+        extra.append(f"collectives {fmt_pct(cov['collective_estimated_pct'])} with message sizes")
+    return line + (f" Also: {'; '.join(extra)}." if extra else "")
+
+
 def print_summary(
     diagnosis: Diagnosis, *, outputs: dict[str, Path] | None = None, file: IO[str] | None = None
 ) -> None:
@@ -138,9 +150,7 @@ def print_summary(
     if dev["assumed"]:
         console.print(Text(f"Device ceilings {dev['spec_source_note']}", style="yellow"))
     cov = ctx["coverage"]
-    console.print(Text(
-        f"Estimates cover {fmt_pct(cov['estimated_pct'])} of kernel time; "
-        f"{fmt_pct(cov['linked_pct'])} linked to an op.", style="dim"))
+    console.print(Text(coverage_line(cov, "op" if ctx["item_label"] == "CPU op" else "kernel"), style="dim"))
     for w in ctx["warnings"][:MAX_WARNINGS]:
         console.print(Text(f"warning: {printable(w)}", style="yellow"), soft_wrap=True)
     if len(ctx["warnings"]) > MAX_WARNINGS:
