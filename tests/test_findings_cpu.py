@@ -32,7 +32,10 @@ def test_elementwise_chain_is_fusion_first():
     assert d.source.trace_kind == "cpu"
     top = d.findings[0]
     assert top.kind == "fusion"
-    assert "mul → add → tanh → mul → sigmoid" in top.title and "(×3)" in top.title
+    # the recorder runs the chain once in each of 3 ProfilerSteps: counts and savings say their unit
+    assert "mul → add → tanh → mul → sigmoid" in top.title and "(×3 in the window, ≈1 per step)" in top.title
+    assert d.time.steps == 3
+    assert top.est_saving_per_step_us == pytest.approx(top.est_saving_us / 3, rel=0.1)
     # Per step, T = 1024·1024·4 bytes: mul 3T, add 3T, tanh 2T, mul 3T, sigmoid 2T = 13T moved;
     # a fused loop skips writing and re-reading the 4 intermediates: 8T saved, at the same bandwidth.
     chain_us = _dur(name, "aten::mul", "aten::add", "aten::tanh", "aten::sigmoid")

@@ -49,7 +49,7 @@ def test_qwen_fusion_is_the_top_finding():
     _check_sorted_and_pct(d)
     top = d.findings[0]
     assert top.kind == "fusion"
-    assert "Qwen2RMSNorm_*" in top.title and "(×48)" in top.title  # two norms in each of 24 layers
+    assert "Qwen2RMSNorm_*" in top.title and "(×48 per step)" in top.title  # the trace holds one ProfilerStep  # two norms in each of 24 layers
     # Module paths as the kernel table shows them (a group's first module), so the report links them.
     assert "Qwen2Model_0.Qwen2DecoderLayer_0.Qwen2RMSNorm_0" in top.evidence
     from bwdiag.report.context import build_context
@@ -187,7 +187,7 @@ def test_bert_small_gemms_batching():
     row = g[(g["shapes"] == "bf16[512], bf16[141, 512], bf16[512, 512]") & (g["category"] == "gemm")].iloc[0]
     assert row["count"] == 17
     assert float(row["best_time_s"]) * 1e6 == pytest.approx(17 * best, rel=1e-6)
-    assert "17× mean 5.81 µs" in batching.evidence[1]
+    assert "×17 per step, mean 5.81 µs" in batching.evidence[1]  # one ProfilerStep in the trace
     assert 0 < batching.est_saving_us < sum(float(x) for x in g.loc[g["bound"] == "latency", "total_us"])
 
 

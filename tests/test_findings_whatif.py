@@ -80,7 +80,8 @@ def test_findings_json_round_trip():
     d, _ = analysed(DATA / "cpu_attention.json.gz")
     out = d.to_dict()
     assert out["findings"][0]["kind"] == "fusion"
-    assert set(out["findings"][0]) == {"kind", "title", "est_saving_us", "est_saving_pct", "evidence", "fix"}
+    assert set(out["findings"][0]) == {"kind", "title", "est_saving_us", "est_saving_pct", "evidence", "fix",
+                                           "est_saving_per_step_us"}
     assert isinstance(out["extras"]["projected_us"], float)
     assert all(type(w["applied_us"]) is float for w in out["extras"]["whatif"]["findings"])
 

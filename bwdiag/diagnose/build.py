@@ -24,7 +24,7 @@ from bwdiag.diagnose.model import (
     Source,
     TimeBreakdown,
 )
-from bwdiag.diagnose.steps import step_spans, trace_end_us
+from bwdiag.diagnose.steps import last_complete_step, step_spans, trace_end_us
 from bwdiag.diagnose.timeline import rank_time
 from bwdiag.hardware import DeviceSpec, resolve_device
 from bwdiag.trace import RankTrace
@@ -162,7 +162,8 @@ def _mean_dict(dicts: list[dict]) -> dict:
 
 def _step_spans(analyses: list[RankAnalysis]) -> list:
     """Each rank's complete ProfilerStep spans (steps.StepSpans), ranks without steps left out."""
-    found = (step_spans(a.trace.tables.annotations, trace_end_us(a.trace.tables)) for a in analyses)
+    found = (step_spans(a.trace.tables.annotations, trace_end_us(a.trace.tables),
+                        last_complete_step(a.trace.metadata)) for a in analyses)
     return [s for s in found if s is not None]
 
 

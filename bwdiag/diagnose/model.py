@@ -186,10 +186,12 @@ class CollectiveRow(_Clean):
 class Finding(_Clean):
     kind: str  # FindingKind value
     title: str
-    est_saving_us: float
-    est_saving_pct: float
+    est_saving_us: float  # over the analysed window (mean per rank)
+    est_saving_pct: float  # of the window, so also of one step
     evidence: tuple[str, ...]
     fix: str
+    #: the saving in one median profiler step (window saving × step ÷ window); None without steps
+    est_saving_per_step_us: float | None = None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,10 @@ A step is left out when it has no positive duration, or when it is cut: it ends 
 last event of the rank — a truncated trace or a Ctrl-C salvages its duration up to the end — and is
 shorter than half the median of the other steps. A last step that ends at the trace end but is of
 ordinary length is kept; a long one is kept and flagged abnormal (> 1.5× the median), not hidden.
+When the capture says how many steps it completed (``bwdiag run`` / ``bwdiag.profile`` write
+``steps_captured`` and ``first_recorded_step`` into the trace's ``bwdiag`` metadata), steps past the
+last completed one are cut whatever their length: a Ctrl-C late in a step leaves a span of ordinary
+length that is not a step.
 """
 
 from __future__ import annotations
@@ -47,11 +51,13 @@ def _spans(annotations: pd.DataFrame, side: str) -> pd.DataFrame:
     return merged.sort_index()
 
 
-def step_spans(annotations: pd.DataFrame, trace_end_us: float | None = None) -> StepSpans | None:
+def step_spans(annotations: pd.DataFrame, trace_end_us: float | None = None,
+               last_complete: int | None = None) -> StepSpans | None:
     """The complete ProfilerStep spans of one rank, or None when it has none.
 
     ``trace_end_us`` is the end of the rank's last event (same time base as ``annotations``); without
-    it the last span end stands in for it.
+    it the last span end stands in for it. ``last_complete``: the highest step id the capture
+    completed, when it says so (see :func:`last_complete_step`).
     """
     if annotations is None or annotations.empty:
         return None
@@ -62,6 +68,8 @@ def step_spans(annotations: pd.DataFrame, trace_end_us: float | None = None) -> 
     else:
         return None
     spans = spans[np.isfinite(spans["dur"]) & (spans["dur"] > 0)]
+    if last_complete is not None:
+        spans = spans[spans.index <= last_complete]
     all_ids = set(_spans(annotations, side).index)
     if spans.empty:
         return None
@@ -81,6 +89,18 @@ def step_spans(annotations: pd.DataFrame, trace_end_us: float | None = None) -> 
     abnormal = tuple(i for i, d in zip(ids, durs) if d > ABNORMAL_RATIO * med)
     return StepSpans(side, ids, tuple(float(d) for d in durs), med, float(durs.min()), float(durs.max()),
                      abnormal, tuple(sorted(all_ids - set(ids))))
+
+
+def last_complete_step(metadata: dict) -> int | None:
+    """The last step bwdiag's own capture completed (from the trace's ``bwdiag`` metadata), or None."""
+    meta = (metadata or {}).get("bwdiag")
+    if not isinstance(meta, dict):
+        return None
+    first = (meta.get("schedule") or {}).get("first_recorded_step")
+    done = meta.get("steps_captured")
+    if isinstance(first, int) and isinstance(done, int) and not isinstance(done, bool):
+        return first + done - 1
+    return None
 
 
 def trace_end_us(tables) -> float | None:

@@ -63,15 +63,6 @@ def rank_time(activities: pd.DataFrame, bounds: np.ndarray) -> RankTime:
     return RankTime(window, {k: by_bound[k] for k in order}, covered, comm, exposed, overlap)
 
 
-def profiler_steps(trace_annotations: pd.DataFrame) -> int | None:
-    """How many ``ProfilerStep#N`` steps the trace marks (CPU side), or None."""
-    if trace_annotations.empty:
-        return None
-    names = trace_annotations.loc[trace_annotations["side"] == "cpu", "name"]
-    steps = names[names.str.startswith("ProfilerStep#")].nunique()
-    return int(steps) or None
-
-
 def merged_runs(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The union of intervals as sorted, disjoint runs (run_starts, run_ends)."""
     if len(starts) == 0:

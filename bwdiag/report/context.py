@@ -14,7 +14,7 @@ from bwdiag.diagnose.model import Bound, Diagnosis, KernelRow, SpecSource
 from bwdiag.report.extras_view import display_tree, humanize
 from bwdiag.report.roofline import build_roofline, plottable
 from bwdiag.report.values import bound_of, clean, num
-from bwdiag.report.verdict import TOP_FINDINGS, build_verdict, projected_time
+from bwdiag.report.verdict import TOP_FINDINGS, build_verdict, projected_time, saving_shown
 
 __all__ = ["build_context", "kernel_records", "projected_time", "TOP_FINDINGS", "KERNEL_COLUMNS"]
 
@@ -182,6 +182,7 @@ def _findings(d: Diagnosis, kernels: list[KernelRow]) -> list[dict]:
             "title": f.title,
             "saving_us": f.est_saving_us,
             "saving_pct": f.est_saving_pct,
+            **saving_shown(f),
             "evidence": [{"text": e, "find": e if linkable(e) else None} for e in f.evidence],
             "fix": f.fix,
         })

@@ -85,6 +85,10 @@ def print_summary(
             when.append(f" (median of {v['steps']} complete steps{spread})", style="dim")
         elif v["steps"]:
             when.append(" (one complete step)", style="dim")
+        if v.get("step_ids"):
+            when.append(f"  ·  steps {v['step_ids']}", style="dim")
+            if v.get("steps_excluded"):
+                when.append(f" ({v['steps_excluded']} left out: cut or without duration)", style="dim")
         when.append(f"  ·  window {fmt_time(v['total_us'])}", style="dim")
     else:
         when.append(f"Analysed window {fmt_time(v['total_us'])}", style="bold")
@@ -111,7 +115,8 @@ def print_summary(
             cell = Text(f["title"], style="bold")
             if fix:
                 cell.append(f"\nfix: {fix[0]}" + (" …" if len(fix) > 1 else ""), style="dim")
-            table.add_row(str(i), cell, f"{fmt_time(f['saving_us'])} ({fmt_pct(f['saving_pct'])})")
+            table.add_row(str(i), cell, f"{fmt_time(f['saving_shown_us'])} {f['saving_unit']}\n"
+                                        f"({fmt_pct(f['saving_pct'])})")
         console.print(table)
         if len(ctx["findings"]) > TOP_FINDINGS:
             console.print(Text(f"… and {len(ctx['findings']) - TOP_FINDINGS} more in the report",

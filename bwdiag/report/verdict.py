@@ -70,6 +70,8 @@ def build_verdict(d: Diagnosis) -> dict:
         "step_min_us": clean(d.time.step_min_us),
         "step_max_us": clean(d.time.step_max_us),
         "step_source": d.time.step_source,
+        "step_ids": id_ranges(d.time.step_ids),
+        "steps_excluded": id_ranges(d.time.steps_excluded),
         "abnormal_steps": [
             {"step": i, "ratio": (dur / step_us) if step_us else None}
             for i, dur in _abnormal(d)
@@ -80,7 +82,7 @@ def build_verdict(d: Diagnosis) -> dict:
         "headline": HEADLINES[dominant["key"]] if dominant else "No time in the analysed window",
         "top_findings": [
             {"kind": f.kind, "title": f.title, "saving_us": f.est_saving_us,
-             "saving_pct": f.est_saving_pct}
+             "saving_pct": f.est_saving_pct, **saving_shown(f)}
             for f in findings[:TOP_FINDINGS]
         ],
         "more_findings": max(0, len(findings) - TOP_FINDINGS),
@@ -101,6 +103,29 @@ def _abnormal(d: Diagnosis) -> list[tuple[int, float]]:
     """(step id, duration µs) of the abnormal steps; the duration from extras when known."""
     durs = (d.extras or {}).get("step_durations_us") or {}
     return [(i, durs.get(i, durs.get(str(i), d.time.step_max_us or 0.0))) for i in d.time.abnormal_steps]
+
+
+def id_ranges(ids) -> str | None:
+    """ProfilerStep numbers as ranges: ``(3, 4, 5, 7)`` → ``"#3–5, #7"``; ``None`` when empty."""
+    ids = sorted({int(i) for i in ids})
+    if not ids:
+        return None
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(f"#{a}" if a == b else f"#{a}–{b}" for a, b in runs)
+
+
+def saving_shown(f) -> dict:
+    """The saving a reader compares with "Step" and "Projected": per median step when the trace
+    has complete steps, else the window total — with its unit, so no figure is read in the wrong one."""
+    per_step = clean(f.est_saving_per_step_us)
+    if per_step is not None:
+        return {"saving_shown_us": per_step, "saving_unit": "per step"}
+    return {"saving_shown_us": f.est_saving_us, "saving_unit": "over the window"}
 
 
 def projected_time(d: Diagnosis) -> float | None:

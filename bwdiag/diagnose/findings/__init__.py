@@ -39,4 +39,7 @@ def add_findings(diagnosis: Diagnosis, analyses) -> Diagnosis:
     extras = dict(diagnosis.extras)
     if findings:
         extras.update(project(ctx, findings))
+    scale = ctx.step_scale
+    if scale is not None:
+        findings = [dataclasses.replace(f, est_saving_per_step_us=f.est_saving_us * scale) for f in findings]
     return dataclasses.replace(diagnosis, findings=tuple(findings), extras=extras)

@@ -62,7 +62,7 @@ def attention_materialisation(ctx: RuleContext) -> list[Finding]:
         return []
     row, seq, _ = example
     evidence = [
-        f"{count // ctx.ranks}× eager attention: {' → '.join(seq)} over scores {row['shapes']}",
+        f"eager attention ({ctx.times(count / ctx.ranks)}): {' → '.join(seq)} over scores {row['shapes']}",
         f"the {len(seq) - 2} kernels between the bmms only move the score tensor: {fmt_bytes(score / ctx.ranks)} "
         f"in {fmt_time(saving)} → a fused kernel saves {ctx.per_step(saving)}",
     ]

@@ -72,11 +72,32 @@ class RuleContext:
         """Activity rows (of rank position ``pos``) that findings built so far act on."""
         return {int(r) for t in self.targets.values() for r in t.acts.get(pos, ())}
 
+    @property
+    def step_scale(self) -> float | None:
+        """Median step ÷ window (per rank): turns a window total into a per-step figure.
+
+        ``None`` when the trace has no complete profiler step. Rules compute savings over the
+        analysed window (which may hold partial steps); scaling by the window's share of one median
+        step keeps "saves" comparable with "Step" and "Projected".
+        """
+        step, total = self.diagnosis.time.step_us, self.total_us
+        return step / total if step and total > 0 else None
+
     def per_step(self, saving_us: float) -> str:
-        """``"1.2 ms"``, with `` (400 µs per step)`` when the window holds several profiler steps."""
-        steps = self.diagnosis.time.steps
-        text = fmt_time(saving_us)
-        return text + (f" ({fmt_time(saving_us / steps)} per step)" if steps and steps > 1 else "")
+        """A window total with its unit: ``"1.2 ms over the window (400 µs per step)"`` — the
+        evidence's arithmetic is over the window, the per-step figure is what "saves" shows."""
+        scale = self.step_scale
+        text = f"{fmt_time(saving_us)} over the window"
+        return text if scale is None else f"{text} ({fmt_time(saving_us * scale)} per step)"
+
+    def times(self, count: float) -> str:
+        """A repeat count with its unit: ``"×15 in the window, ≈5 per step"``."""
+        text = f"×{count:,.0f} in the window"
+        scale = self.step_scale
+        per = round(count * scale) if scale is not None else 0
+        if per >= 1 and per == round(count):  # the window is one step
+            return f"×{per:,} per step"
+        return text + (f", ≈{per:,} per step" if per >= 1 else "")
 
     @property
     def busy_us(self) -> float:

@@ -42,7 +42,7 @@ def small_kernels(ctx: RuleContext) -> list[Finding]:
         f"{sum(g.count for g in items)} latency-bound GEMM/conv/attention {unit} take {fmt_time(time / ctx.ranks)}; "
         f"at their roof the same work takes {fmt_time(best / ctx.ranks)} → {ctx.per_step(saving)} is fixed "
         f"overhead a bigger batch amortises",
-        *[f"{kernel_label(g.name)} ({g.op_name}, {g.shapes}): {g.count}× mean {fmt_time(g.mean_us)}"
+        *[f"{kernel_label(g.name)} ({g.op_name}, {g.shapes}): {ctx.times(g.count)}, mean {fmt_time(g.mean_us)}"
           for g in items[:4]],
     ]
     fix = ("# serve more requests per forward (continuous batching), or micro-batch several inputs together:\n"

@@ -67,14 +67,14 @@ def _finding(ctx: RuleContext, names: tuple, runs: list) -> Finding | None:
     bw = bytes_total / (time_total / 1e6)
     unit = "kernels" if not ctx.is_cpu else "CPU ops"
     evidence = [
-        f"{len(runs) // ctx.ranks or 1}× a chain of {per_run} over {shape}: {_sequence(names)}",
+        f"a chain of {per_run} over {shape} ({ctx.times(len(runs) / ctx.ranks)}): {_sequence(names)}",
         f"unfused {unit} move {fmt_bytes(bytes_total)} in {fmt_time(time_total)} ({fmt_bandwidth(bw)} achieved); "
         f"fused: {fmt_bytes(bytes_total - saved_total)} → saves {fmt_bytes(saved_total)} ÷ {fmt_bandwidth(bw)} "
         f"= {ctx.per_step(saving)}",
         *_table_modules(ctx, runs)[:3],
     ]
     title = f"Fuse {per_run} in {where}" if where else f"Fuse {per_run} ({_sequence(names)})"
-    title += (f" (×{len(runs) // ctx.ranks})" if len(runs) > ctx.ranks else "")
+    title += (f" ({ctx.times(len(runs) / ctx.ranks)})" if len(runs) > ctx.ranks else "")
     acts = defaultdict(list)
     for p, r in runs:
         acts[p].extend(r.rows.tolist())

@@ -55,7 +55,7 @@ def weight_only_quantization(ctx: RuleContext) -> list[Finding]:
         f"{fmt_time(time / ctx.ranks)}",
         f"e.g. {g.op_name} {g.shapes}: weight {fmt_bytes(w)} of {fmt_bytes(per_call)} per call; int8 weights "
         f"read {fmt_bytes(w / 2 if g.dtype != 'fp32' else w / 4)}",
-        f"at today's bandwidth: int8 weight-only saves {ctx.per_step(saving8)}; int4 saves {fmt_time(saving4)}",
+        f"at today's bandwidth: int8 weight-only saves {ctx.per_step(saving8)}; int4 saves {ctx.per_step(saving4)}",
         *[f"{kernel_label(x.name)} ({x.module or x.op_name}): {fmt_time(x.total_us)}" for x, _, _ in items[:3]],
     ]
     fix = ("from torchao.quantization import quantize_, int8_weight_only\n"
