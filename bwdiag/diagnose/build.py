@@ -9,7 +9,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from bwdiag.diagnose.activities import cpu_activities, gpu_activities
+from bwdiag.diagnose import uncovered
+from bwdiag.diagnose.activities import _op_costs, cpu_activities, gpu_activities
 from bwdiag.diagnose.communication import annotate_messages, collective_rows, fit_latency_bandwidth, with_regimes
 from bwdiag.diagnose.idle import idle_breakdown
 from bwdiag.diagnose.launch import launch_stats
@@ -89,6 +90,7 @@ def diagnose(traces: Sequence[RankTrace], *, device_spec: Path | None = None,
     if spans:
         extras["step_durations_us"] = dict(zip(spans[0].step_ids, spans[0].durations_us))
 
+    coverage = _coverage(analyses)
     diagnosis = Diagnosis(
         source=Source(tuple(str(t.path) for t in traces), tuple(t.rank for t in traces), trace_kind,
                       _torch_version(traces)),
@@ -97,8 +99,8 @@ def diagnose(traces: Sequence[RankTrace], *, device_spec: Path | None = None,
         kernels=tuple(sorted(kernels, key=lambda r: -r.total_us)),
         collectives=tuple(collectives),
         findings=(),
-        coverage=_coverage(analyses),
-        warnings=tuple(warnings),
+        coverage=coverage,
+        warnings=tuple(warnings + uncovered.warnings_for(coverage.uncovered)),
         ranks=tuple(ranks),
         extras=extras,
     )
@@ -212,7 +214,7 @@ def _coverage(analyses: list[RankAnalysis]) -> Coverage:
 
     return Coverage(share("linked", "compute") or 0.0, share("estimated", "compute") or 0.0,
                     float(sums["compute"]), float(sums["copy"]), share("copy_est", "copy"),
-                    float(sums["coll"]), share("coll_est", "coll"))
+                    float(sums["coll"]), share("coll_est", "coll"), uncovered.reasons(analyses, _op_costs))
 
 
 def _world_size(trace: RankTrace) -> int | None:

@@ -195,6 +195,15 @@ class Finding(_Clean):
 
 
 @dataclass(frozen=True)
+class UncoveredShare(_Clean):
+    """One reason compute-kernel time has no FLOP/byte estimate (see ``diagnose.uncovered``)."""
+
+    reason: str
+    us: float  # summed over ranks
+    pct: float  # of all compute-kernel time
+
+
+@dataclass(frozen=True)
 class Coverage(_Clean):
     """What share of each kind of device time the diagnosis can price.
 
@@ -212,6 +221,7 @@ class Coverage(_Clean):
     copy_estimated_pct: float | None = None  # share of copy time with a byte count
     collective_us: float = 0.0
     collective_estimated_pct: float | None = None  # share of collective time with a message size
+    uncovered: tuple[UncoveredShare, ...] = ()  # why the rest of the compute-kernel time is not priced
 
 
 @dataclass(frozen=True)

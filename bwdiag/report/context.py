@@ -80,6 +80,8 @@ def build_context(diagnosis: Diagnosis) -> dict:
             "copy_estimated_pct": clean(diagnosis.coverage.copy_estimated_pct),
             "collective_us": clean(diagnosis.coverage.collective_us),
             "collective_estimated_pct": clean(diagnosis.coverage.collective_estimated_pct),
+            "uncovered": [{"reason": u.reason, "us": clean(u.us), "pct": clean(u.pct)}
+                          for u in diagnosis.coverage.uncovered],
         },
         "warnings": list(diagnosis.warnings),
     }

@@ -234,12 +234,18 @@ def _warn_unlinked(path: Path, tables: EventTables, warnings: list[str]) -> None
         why.append(f"{no_launch:,} have no launch event in the trace")
     if len(unlinked) - no_launch:
         why.append(f"{len(unlinked) - no_launch:,} were launched outside any recorded CPU op")
+    if no_launch and tables.runtime.empty:
+        advice = (". The trace records no launch calls at all: record with "
+                  "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] to keep them")
+    elif no_launch:
+        advice = (". The trace records launches, but not these: the profiler dropped them (buffer full) "
+                  "or the trace was filtered or cut")
+    else:
+        advice = ""
     warnings.append(
         f"{path.name}: {len(unlinked):,} kernels ({amount}, {100.0 * lost / total:.1f}% of kernel time) are not "
-        f"linked to the op that launched them ({'; '.join(why)}); their FLOPs and bytes are estimated from the "
-        "kernel name alone, or unknown"
-        + (". Record with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] to keep the launches"
-           if no_launch else "")
+        f"linked to the op that launched them ({'; '.join(why)}); bwdiag prices a kernel from its op's "
+        "shapes, so theirs are unknown" + advice
     )
 
 
