@@ -74,7 +74,8 @@ def diagnose(traces: Sequence[RankTrace], *, device_spec: Path | None = None,
                                          accelerator=_accelerator(traces))
     warnings.extend(spec_warnings)
     if trace_kind == "cpu":
-        warnings.append("CPU-only trace: CPU ops are placed against the host CPU's ceilings")
+        warnings.append(f"CPU-only trace: CPU ops are placed against CPU ceilings ({spec.name}, "
+                        f"spec_source '{spec.spec_source.value}')")
     analyses = [analyze_rank(t, spec) for t in traces]
     warnings.extend(_above_roof_warnings(analyses))
 
