@@ -357,3 +357,22 @@ def test_xpu_runtime_launches_link_kernels(tmp_path):
     assert xpu.coverage.linked_pct == pytest.approx(cuda.coverage.linked_pct) and xpu.coverage.linked_pct > 90
     assert xpu.extras["idle"]["host_wait_us"] == pytest.approx(cuda.extras["idle"]["host_wait_us"])
     assert not any("ignored events" in w for w in xpu.warnings)
+
+
+def test_report_names_the_calibration_and_the_trace_host(cache, tmp_path):
+    from bwdiag.report.context import build_context
+    from bwdiag.report.html import render_html
+
+    d = analyze([_cpu_trace_here(tmp_path / "here.json")])
+    dev = build_context(d)["device"]
+    assert dev["calibration"]["path"] == str(cache)
+    assert dev["calibration"]["measured_at"] == "2026-01-02T03:04:05+00:00"
+    assert dev["calibration"]["where"] == "this machine's cache"
+    assert dev["trace_host"] == socket.gethostname()
+    page = render_html(d)
+    assert 'id="calibration"' in page and str(cache) in page
+
+    foreign = analyze([shared_trace(CPU_ONLY)])
+    dev = build_context(foreign)["device"]
+    assert dev["calibration"] is None and dev["assumed"] and dev["trace_host"] is None
+    assert 'id="calibration"' not in render_html(foreign)
