@@ -62,6 +62,17 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
+def host_facts() -> dict[str, Any]:
+    """``{hostname, cpu, cores}`` of the machine capturing (see bwdiag.hardware.host)."""
+    import socket
+
+    try:
+        hostname = socket.gethostname() or None
+    except OSError:
+        hostname = None
+    return {"hostname": hostname, "cpu": _cpu_name(), "cores": os.cpu_count()}
+
+
 def calibrated_ceilings(device: dict[str, Any]) -> dict[str, Any] | None:
     """Ceilings ``bwdiag calibrate`` measured on this device and cached (``~/.cache/bwdiag``, or
     ``$XDG_CACHE_HOME/bwdiag``), as stored there: ``{"file", "created", "quick", "entry", ...}``.
@@ -82,7 +93,7 @@ def calibrated_ceilings(device: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if record.get("device_key") != identity.key:
         return None
-    keep = ("created", "torch_version", "quick", "entry")
+    keep = ("created", "torch_version", "quick", "host", "entry")
     return {"file": str(path), **{k: record[k] for k in keep if k in record}}
 
 
@@ -105,6 +116,8 @@ def capture_metadata(
         "python_version": platform.python_version(),
         "device": device,
         "device_name": device["name"],
+        # Which machine recorded this: an analysis elsewhere must not use its own calibration.
+        "host": host_facts(),
         "world_size": world,
         "rank": rank,
         "argv": list(argv),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -20,6 +21,7 @@ from bwdiag.diagnose.kernels import flag_above_roof, group_activities, kernel_ro
 from bwdiag.diagnose.model import (
     TIME_KEYS,
     Coverage,
+    DeviceInfo,
     Diagnosis,
     RankSummary,
     Source,
@@ -28,6 +30,7 @@ from bwdiag.diagnose.model import (
 from bwdiag.diagnose.steps import last_complete_step, step_spans, trace_end_us
 from bwdiag.diagnose.timeline import rank_time
 from bwdiag.hardware import DeviceSpec, resolve_device
+from bwdiag.hardware.host import trace_host
 from bwdiag.trace import RankTrace
 
 
@@ -67,10 +70,13 @@ def diagnose(traces: Sequence[RankTrace], *, device_spec: Path | None = None,
     trace_kind = "gpu" if any(t.is_gpu for t in traces) else "cpu"
     first = next((t for t in traces if t.is_gpu), traces[0])
     spec, spec_warnings = resolve_device(first.device_properties if trace_kind == "gpu" else None,
-                                         override=device_spec, trace_kind=trace_kind)
+                                         override=device_spec, trace_kind=trace_kind,
+                                         trace_metadata=[t.metadata for t in traces],
+                                         accelerator=_accelerator(traces))
     warnings.extend(spec_warnings)
     if trace_kind == "cpu":
-        warnings.append("CPU-only trace: CPU ops are placed against the host CPU's ceilings")
+        warnings.append(f"CPU-only trace: CPU ops are placed against CPU ceilings ({spec.name}, "
+                        f"spec_source '{spec.spec_source.value}')")
     analyses = [analyze_rank(t, spec) for t in traces]
     warnings.extend(_above_roof_warnings(analyses))
 
@@ -94,7 +100,7 @@ def diagnose(traces: Sequence[RankTrace], *, device_spec: Path | None = None,
     diagnosis = Diagnosis(
         source=Source(tuple(str(t.path) for t in traces), tuple(t.rank for t in traces), trace_kind,
                       _torch_version(traces)),
-        device=spec.to_device_info(),
+        device=_device_info(spec, traces),
         time=_time(analyses, spans),
         kernels=tuple(sorted(kernels, key=lambda r: -r.total_us)),
         collectives=tuple(collectives),
@@ -215,6 +221,19 @@ def _coverage(analyses: list[RankAnalysis]) -> Coverage:
     return Coverage(share("linked", "compute") or 0.0, share("estimated", "compute") or 0.0,
                     float(sums["compute"]), float(sums["copy"]), share("copy_est", "copy"),
                     float(sums["coll"]), share("coll_est", "coll"), uncovered.reasons(analyses, _op_costs))
+
+
+def _device_info(spec: DeviceSpec, traces: Sequence[RankTrace]) -> DeviceInfo:
+    """The ``device`` block, with the host the (first) trace names and any accelerator kind."""
+    host = trace_host(traces[0].metadata)
+    return dataclasses.replace(spec.to_device_info(), trace_host=host.to_dict() if host.known else None,
+                               accelerator=_accelerator(traces))
+
+
+def _accelerator(traces: Sequence[RankTrace]) -> str | None:
+    """The non-CUDA/HIP accelerator(s) the traces' device work ran on ("mtia", "xpu"), if any."""
+    found = sorted({a for t in traces for a in t.tables.accelerators})
+    return ", ".join(found) or None
 
 
 def _world_size(trace: RankTrace) -> int | None:

@@ -122,6 +122,15 @@ class DeviceInfo(_Clean):
     matched_from: str | None = None  # the name as the trace spelled it
     vector_flops: dict[str, float] = field(default_factory=dict)  # non-tensor-core peaks
     sources: tuple[str, ...] = ()
+    #: The calibration used (spec_source "calibrated", or "user" on top of one): ``{path, origin
+    #: ("local" | "trace"), measured_at, file_mtime, host: {hostname, cpu, cores}, quick,
+    #: torch_version, values: {memory_bandwidth, vector_flops, tensor_flops}}``; None when none was.
+    calibration: dict[str, Any] | None = None
+    #: The host the trace says it was recorded on (``{hostname, cpu, cores}``; None when it says
+    #: nothing) and whether the calibration cache of this machine applied to it.
+    trace_host: dict[str, Any] | None = None
+    #: Accelerator activity categories found besides CUDA/HIP kernels (e.g. ``mtia_ccp_events``).
+    accelerator: str | None = None
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,14 @@ device synchronised before and after.
 
 Results are cached as JSON under ``$XDG_CACHE_HOME/bwdiag/`` (default ``~/.cache/bwdiag``), keyed by
 the device's identity (CPU model and logical core count; GPU name and memory size), and read back
-by :func:`load_calibration` (spec_source "calibrated").
+by :func:`read_calibration` (spec_source "calibrated"). Each file also records the host it was
+measured on (``host``: host name, CPU model, cores), so an analysis can tell whether a trace was
+recorded on that host (:mod:`bwdiag.hardware.host`).
+
+An analysis reads the file once, into a :class:`CalibrationSnapshot` (values, path, modification
+time, measurement time, host), and uses that snapshot for the whole run: a ``bwdiag calibrate``
+rewriting the file meanwhile cannot change the result, and ``diagnosis.json`` says which
+calibration was used (``device.calibration``).
 """
 
 from __future__ import annotations
@@ -18,14 +25,16 @@ import os
 import platform
 import re
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Mapping
 
 from bwdiag.cache import cache_dir
 from bwdiag.diagnose.model import SpecSource
 from bwdiag.errors import BwdiagError
+from bwdiag.hardware.host import HostFacts, calibration_host, host_record
 from bwdiag.hardware.spec import GIB, DeviceSpec, spec_from_entry
 
 CACHE_SCHEMA = "bwdiag/calibration@1"
@@ -65,6 +74,56 @@ class DeviceIdentity:
     @property
     def slug(self) -> str:
         return re.sub(r"[^a-z0-9]+", "-", f"{self.kind}-{self.key}".lower()).strip("-")
+
+
+@dataclass(frozen=True)
+class CalibrationSnapshot:
+    """One calibration, read once: what it measured, where it was read, when, and on which host.
+
+    ``origin`` is "local" for this machine's cache file, "trace" for the copy a ``bwdiag`` capture
+    embedded in the trace (``bwdiag.calibrated``) on the host that recorded it.
+    """
+
+    path: str
+    measured_at: str | None  # the file's "created" (UTC, ISO 8601)
+    file_mtime: float | None  # the file's modification time when it was read (None: from a trace)
+    host: HostFacts
+    origin: str  # "local" | "trace"
+    quick: bool | None
+    torch_version: str | None
+    entry: Mapping[str, Any] = field(repr=False)
+    spec: DeviceSpec = field(repr=False)  # the ceilings (without a link back to this snapshot)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "entry", MappingProxyType(dict(self.entry)))
+
+    def to_record(self) -> dict[str, Any]:
+        """The ``device.calibration`` object of ``diagnosis.json``."""
+        spec = self.spec
+        mtime = (datetime.fromtimestamp(self.file_mtime, timezone.utc).isoformat(timespec="seconds")
+                 if self.file_mtime is not None else None)
+        return {
+            "path": self.path,
+            "origin": self.origin,
+            "measured_at": self.measured_at,
+            "file_mtime": mtime,
+            "host": self.host.to_dict(),
+            "quick": self.quick,
+            "torch_version": self.torch_version,
+            "values": {
+                "memory_bandwidth": float(spec.memory_bandwidth),
+                "vector_flops": {k: float(v) for k, v in spec.vector_flops.items()},
+                "tensor_flops": {k: float(v) for k, v in spec.tensor_flops.items()},
+            },
+        }
+
+    def device_spec(self) -> DeviceSpec:
+        """The ceilings, carrying this snapshot (``diagnosis.json`` records it from there)."""
+        return replace(self.spec, calibration=self)
+
+    def same_measurement(self, other: CalibrationSnapshot) -> bool:
+        """Whether two snapshots hold the same measurement (same time and ceilings)."""
+        return self.measured_at == other.measured_at and dict(self.entry) == dict(other.entry)
 
 
 def cache_path(identity: DeviceIdentity) -> Path:
@@ -109,6 +168,7 @@ def calibrate(device: str = "auto", *, quick: bool = False) -> DeviceSpec:
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "torch_version": torch.__version__,
         "quick": quick,
+        "host": host_record(),
         "measurements": measured,
         "entry": entry,
     }
@@ -128,19 +188,92 @@ def load_calibration(device: str = "cpu") -> DeviceSpec | None:
 
     A cache file that exists but cannot be used raises ``CalibrationError`` naming the file.
     """
+    snapshot = read_calibration(device)
+    return snapshot.spec if snapshot is not None else None
+
+
+def read_calibration(device: str = "cpu") -> CalibrationSnapshot | None:
+    """Read the cached calibration of ``device`` once: ``None`` when there is none.
+
+    The file is opened once; its contents and modification time come from that one open file, so
+    a concurrent ``bwdiag calibrate`` (which replaces the file atomically) yields either the old
+    calibration or the new one, never a mix. A file that exists but cannot be used raises
+    ``CalibrationError`` naming the file.
+    """
     identity = device_identity(device)
     path = cache_path(identity)
-    if not path.exists():
-        return None
     try:
-        record = json.loads(path.read_text("utf-8"))
+        with open(path, "rb") as fh:
+            mtime = os.fstat(fh.fileno()).st_mtime
+            data = fh.read()
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise CalibrationError(
+            f"{path}: unreadable calibration cache ({err.strerror or err}); delete it or run "
+            "`bwdiag calibrate` again"
+        ) from err
+    try:
+        record = json.loads(data.decode("utf-8"))
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
         if record.get("schema") != CACHE_SCHEMA or record.get("device_key") != identity.key:
             raise ValueError("written for another device or schema")
-        return _spec(record["entry"], identity)
-    except (OSError, ValueError, KeyError, TypeError) as err:
+        spec = _spec(record["entry"], identity)
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
         raise CalibrationError(
             f"{path}: unusable calibration cache ({err}); delete it or run `bwdiag calibrate` again"
         ) from err
+    snapshot = CalibrationSnapshot(
+        path=str(path),
+        measured_at=_str_or_none(record.get("created")),
+        file_mtime=mtime,
+        host=calibration_host(record, _cpu_model()[0] if identity.kind == "cpu" else identity.name,
+                              identity.cores if identity.kind == "cpu" else None),
+        origin="local",
+        quick=record.get("quick") if isinstance(record.get("quick"), bool) else None,
+        torch_version=_str_or_none(record.get("torch_version")),
+        entry=record["entry"],
+        spec=spec,
+    )
+    return snapshot
+
+
+def embedded_calibration(meta: Mapping[str, Any]) -> CalibrationSnapshot | None:
+    """The CPU calibration a ``bwdiag`` capture embedded in its trace (``bwdiag.calibrated``): the
+    recording host's own measurement. ``None`` when the trace holds none or it is unusable."""
+    found = meta.get("calibrated") if isinstance(meta, Mapping) else None
+    device = meta.get("device") if isinstance(meta, Mapping) else None
+    if not isinstance(found, Mapping) or not isinstance(found.get("entry"), Mapping):
+        return None
+    if not isinstance(device, Mapping) or device.get("kind") != "cpu":
+        return None  # a GPU calibration: GPU traces use the table (see match.py)
+    entry = found["entry"]
+    if entry.get("kind", "cpu") != "cpu":
+        return None
+    try:
+        spec = spec_from_entry(entry, SpecSource.CALIBRATED)
+    except (ValueError, KeyError, TypeError):
+        return None
+    host = found.get("host") if isinstance(found.get("host"), Mapping) else meta.get("host")
+    cpu = _str_or_none(device.get("name"))
+    cores = device.get("cores") if isinstance(device.get("cores"), int) else None
+    snapshot = CalibrationSnapshot(
+        path=_str_or_none(found.get("file")) or "(embedded in the trace)",
+        measured_at=_str_or_none(found.get("created")),
+        file_mtime=None,
+        host=calibration_host({"host": host} if isinstance(host, Mapping) else {}, cpu or "", cores),
+        origin="trace",
+        quick=found.get("quick") if isinstance(found.get("quick"), bool) else None,
+        torch_version=_str_or_none(found.get("torch_version")),
+        entry=entry,
+        spec=replace(spec, matched_from=cpu),
+    )
+    return snapshot
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 # -- measurement -----------------------------------------------------------------------------

@@ -14,8 +14,9 @@ import math
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
+from bwdiag.hardware.host import HostFacts, host_mismatch, this_host, trace_host
 from bwdiag.hardware.override import apply_override
 from bwdiag.hardware.spec import GIB, DeviceSpec, TableEntry, fallback_spec, table_entries
 
@@ -100,19 +101,28 @@ def resolve_device(
     *,
     override: Path | None = None,
     trace_kind: str = "gpu",
+    trace_metadata: Sequence[Mapping[str, Any]] | None = None,
+    accelerator: str | None = None,
 ) -> tuple[DeviceSpec, list[str]]:
     """The ceilings for one trace device, and warnings about how they were found.
 
     ``props`` is one entry of the trace's ``deviceProperties`` (or ``None`` when the trace has
-    none). ``trace_kind="cpu"`` uses the host CPU's calibration cache, else an assumed CPU.
+    none). ``trace_kind="cpu"`` places a CPU trace: against this machine's calibration only when
+    the trace's host facts match the calibration's host (``trace_metadata``: the top-level
+    metadata of each rank file; see :mod:`bwdiag.hardware.host`), else against the calibration a
+    bwdiag capture embedded in the trace, else an assumed CPU. ``trace_metadata=None`` (a caller
+    with no trace) means "recorded on this machine". The calibration file is read once here; the
+    returned spec carries that snapshot (``spec.calibration``).
+    ``accelerator`` names a non-CUDA/HIP device kind the trace ran on ("mtia", "xpu"): the device
+    table has none of those, and the warning says so.
     ``override`` is a ``--device-spec`` JSON file applied on top (spec_source "user"); a bad file
     raises ``DeviceSpecError``.
     """
     warnings: list[str] = []
     if trace_kind == "cpu":
-        spec = _cpu_spec(warnings)
+        spec = _cpu_spec(warnings, trace_metadata)
     else:
-        spec = _gpu_spec(props or {}, warnings)
+        spec = _gpu_spec(props or {}, warnings, accelerator)
     if override is not None:
         spec = apply_override(spec, Path(override))
     return spec, warnings
@@ -139,7 +149,7 @@ def _families() -> frozenset[str]:
     return frozenset(e.family for e in table_entries() if e.family)
 
 
-def _gpu_spec(props: dict[str, Any], warnings: list[str]) -> DeviceSpec:
+def _gpu_spec(props: dict[str, Any], warnings: list[str], accelerator: str | None = None) -> DeviceSpec:
     raw_name = str(props.get("name") or "").strip()
     parts = parse_name(raw_name, _families())
     entry = _match_by_name(parts, props, warnings) if parts.families else None
@@ -150,6 +160,9 @@ def _gpu_spec(props: dict[str, Any], warnings: list[str]) -> DeviceSpec:
     if entry is None:
         fallback = fallback_spec("gpu")
         described = f"GPU {raw_name!r}" if raw_name else "a GPU with no name in deviceProperties"
+        if accelerator:
+            described = (f"the {accelerator.upper()} device" + (f" {raw_name!r}" if raw_name else "")
+                         + f" (its work counts as device time; the table holds no {accelerator.upper()} parts)")
         warnings.append(
             f"device ceilings: {described} is not in bwdiag's device table; using "
             f"{fallback.name} (spec_source 'assumed'). Percent-of-ceiling figures are only "
@@ -272,16 +285,65 @@ def _mig_slice(
 # -- CPU -------------------------------------------------------------------------------------
 
 
-def _cpu_spec(warnings: list[str]) -> DeviceSpec:
-    from bwdiag.hardware.calibrate import load_calibration  # torch stays out of plain matching
+def _cpu_spec(warnings: list[str], metadata: Sequence[Mapping[str, Any]] | None) -> DeviceSpec:
+    from bwdiag.hardware.calibrate import embedded_calibration, read_calibration  # torch-free
 
-    measured = load_calibration("cpu")
-    if measured is not None:
-        return replace(measured, notes=measured.notes + (
-            "CPU ceilings measured on the machine running bwdiag; if the trace was recorded on "
-            "another host, pass --device-spec.",
+    if metadata is None:
+        hosts = [this_host()]
+        embedded = None
+    else:
+        hosts = [trace_host(m) for m in metadata] or [HostFacts()]
+        embedded = next((e for e in (embedded_calibration(m.get("bwdiag") or {}) for m in metadata
+                                     if isinstance(m.get("bwdiag"), dict)) if e is not None), None)
+    local = read_calibration("cpu")  # the one read of this run: the result depends on this snapshot
+    why_not = None
+    if local is not None:
+        why_not = next((w for w in (host_mismatch(h, local.host) for h in hosts) if w), None)
+        if why_not is None:
+            if embedded is not None and not embedded.same_measurement(local):
+                warnings.append(
+                    f"device ceilings: {local.path} (measured {local.measured_at}) is not the "
+                    f"calibration the capture recorded ({embedded.measured_at}): it was rewritten "
+                    "since the trace was captured; using the file's current ceilings (pass "
+                    "--device-spec to choose others)"
+                )
+            spec = local.device_spec()
+            return replace(spec, notes=spec.notes + (
+                f"CPU ceilings measured by `bwdiag calibrate` on {local.host.describe()}, the host "
+                f"the trace names ({hosts[0].describe()}, from {hosts[0].source}).",
+            ))
+    if embedded is not None:
+        spec = embedded.device_spec()
+        if why_not is not None:
+            warnings.append(
+                f"device ceilings: this machine's calibration ({local.path}) does not apply: "
+                f"{why_not}; using the calibration the capture recorded on that host "
+                f"(measured {embedded.measured_at})"
+            )
+        return replace(spec, notes=spec.notes + (
+            f"CPU ceilings measured by `bwdiag calibrate` on the recording host "
+            f"({embedded.host.describe() if embedded.host.known else hosts[0].describe()}), "
+            "embedded in the trace by the bwdiag capture.",
         ))
     spec = fallback_spec("cpu")
+    override = ("pass --device-spec FILE with that host's ceilings (JSON, e.g. "
+                "{\"memory_bandwidth\": 2.0e11, \"vector_flops\": {\"fp32\": 3.0e12}}; "
+                "`bwdiag calibrate --device cpu` run on that host measures them)")
+    if local is not None:
+        warnings.append(
+            f"device ceilings: CPU trace, and this machine's calibration ({local.path}, "
+            f"{local.host.describe()}) is not used: {why_not}. Using {spec.name} (spec_source "
+            f"'assumed'); {override}."
+        )
+        return spec
+    trace = hosts[0]
+    if metadata is not None and host_mismatch(trace, this_host()) is not None:
+        warnings.append(
+            f"device ceilings: CPU trace recorded on another or unknown host "
+            f"({host_mismatch(trace, this_host())}) and no calibration of it is known; using "
+            f"{spec.name} (spec_source 'assumed'); {override}."
+        )
+        return spec
     warnings.append(
         "device ceilings: CPU trace and no calibration of this host is cached; using "
         f"{spec.name} (spec_source 'assumed'). Run `bwdiag calibrate --device cpu` to measure "

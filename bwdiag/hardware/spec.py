@@ -85,6 +85,8 @@ class DeviceSpec:
     notes: tuple[str, ...] = ()
     compute_capability: tuple[int, int] | None = None
     interconnect: str | None = None  # what the link is, in words
+    #: The calibration these ceilings were measured in (``CalibrationSnapshot``), None otherwise.
+    calibration: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tensor_flops", _frozen(self.tensor_flops))
@@ -151,6 +153,7 @@ class DeviceSpec:
             matched_from=self.matched_from,
             vector_flops={k: float(self.vector_flops[k]) for k in order if k in self.vector_flops},
             sources=tuple(self.sources),
+            calibration=self.calibration.to_record() if self.calibration is not None else None,
         )
 
     def to_dict(self) -> dict[str, Any]:

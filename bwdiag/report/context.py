@@ -20,9 +20,10 @@ __all__ = ["build_context", "kernel_records", "projected_time", "TOP_FINDINGS", 
 
 SPEC_SOURCE_NOTES = {
     SpecSource.TABLE.value: "datasheet table shipped with bwdiag (dense peaks)",
-    SpecSource.CALIBRATED.value: "measured on this machine with `bwdiag calibrate`",
+    SpecSource.CALIBRATED.value: "measured with `bwdiag calibrate` on the host that recorded the trace",
     SpecSource.USER.value: "given by you (device spec override)",
-    SpecSource.ASSUMED.value: "ASSUMED: device not recognised, generic fallback ceilings; "
+    SpecSource.ASSUMED.value: "ASSUMED: generic fallback ceilings (device not in the table, or a CPU "
+    "trace with no calibration of the host that recorded it: the warnings say which); "
     "pass a device spec to get real percentages",
 }
 
@@ -114,7 +115,34 @@ def _device(d: Diagnosis) -> dict:
         "memory_bandwidth": dev.memory_bandwidth,
         "interconnect_bandwidth": dev.interconnect_bandwidth,
         "sources": list(dev.sources),
+        "calibration": _calibration(dev.calibration),
+        "trace_host": _host_text(dev.trace_host),
+        "accelerator": dev.accelerator,
     }
+
+
+def _calibration(cal: dict | None) -> dict | None:
+    """Which calibration file the ceilings came from, when it was measured, and on which host."""
+    if not cal:
+        return None
+    origin = cal.get("origin")
+    return {
+        "path": cal.get("path"),
+        "where": "embedded in the trace by the bwdiag capture" if origin == "trace" else "this machine's cache",
+        "measured_at": cal.get("measured_at"),
+        "file_mtime": cal.get("file_mtime"),
+        "host": _host_text(cal.get("host")),
+        "quick": cal.get("quick"),
+    }
+
+
+def _host_text(host: dict | None) -> str | None:
+    if not host:
+        return None
+    parts = [str(host["hostname"])] if host.get("hostname") else []
+    if host.get("cpu"):
+        parts.append(str(host["cpu"]) + (f" ({host['cores']} cores)" if host.get("cores") else ""))
+    return ", ".join(parts) or None
 
 
 # ---------------------------------------------------------------------------------------- kernels

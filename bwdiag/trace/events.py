@@ -39,6 +39,26 @@ CATEGORY_ALIASES = {
     "gpu_user_annotation": "gpu_user_annotation",
     "python_function": "python_function",
     "ac2g": "ac2g",
+    # Accelerators other than CUDA/HIP. Kineto files MTIA's on-device work as ``mtia_ccp_events``
+    # (newer libkineto makes MTIA_CCP_EVENTS an alias of CONCURRENT_KERNEL) and its host calls as
+    # ``mtia_runtime``; Intel XPU kernels and copies are ``kernel`` / ``gpu_memcpy`` launched from
+    # ``xpu_runtime`` / ``xpu_driver``; PrivateUse1 backends likewise. Their device work is device
+    # work: it lands in the kernel table, so timeline, idle and overlap count it.
+    "mtia_ccp_events": "kernel",
+    "mtia_runtime": "cuda_runtime",
+    "xpu_runtime": "cuda_runtime",
+    "xpu_driver": "cuda_runtime",
+    "privateuse1_runtime": "cuda_runtime",
+    "privateuse1_driver": "cuda_runtime",
+}
+#: Categories that say which non-CUDA accelerator a trace ran on (``EventTables.accelerators``).
+ACCELERATOR_CATEGORIES = {
+    "mtia_ccp_events": "mtia",
+    "mtia_runtime": "mtia",
+    "xpu_runtime": "xpu",
+    "xpu_driver": "xpu",
+    "privateuse1_runtime": "privateuse1",
+    "privateuse1_driver": "privateuse1",
 }
 GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 
@@ -70,6 +90,7 @@ class EventTables:
     skipped: dict[str, int] = field(default_factory=dict)  # malformed events by reason
     unknown_categories: dict[str, int] = field(default_factory=dict)
     repaired: dict[str, int] = field(default_factory=dict)  # kept events with a field missing, by field
+    accelerators: dict[str, int] = field(default_factory=dict)  # "mtia"/"xpu"/... → events seen
 
 
 # Bounds beyond which a time is garbage, not a measurement: a year-long event, a timestamp past 5000 AD.
@@ -179,6 +200,7 @@ class Tabulator:
         self.flows: dict[int, tuple[int, int, float]] = {}
         self.skipped: dict[str, int] = {}
         self.unknown: dict[str, int] = {}
+        self.accelerators: dict[str, int] = {}
         self.no_args = 0  # GPU activities and runtime calls recorded without args
         self.t0 = math.inf
         self._strings: dict = {}  # one object per distinct name / pid / tid value
@@ -214,6 +236,7 @@ class Tabulator:
          op_args, op_sig) = (ops[c].append for c in ("name", "cat", "ts", "dur", "pid", "tid", "ext_id", "dims",
                                                        "types", "concrete", "strides", "args", "sig"))
         gpu_args, gpu_set = _GPU_ARGS, _GPU_ARGS_SET
+        accel_cats, accelerators = ACCELERATOR_CATEGORIES, self.accelerators
         flows = self.flows
         sig = self._sig
         t0 = self.t0
@@ -279,6 +302,8 @@ class Tabulator:
             elif tid.__class__ not in _KEY_TYPES:
                 tid = _key(tid)
             if kind == "cuda_runtime":
+                if cat in accel_cats:  # not CUDA/HIP: note which accelerator
+                    accelerators[accel_cats[cat]] = accelerators.get(accel_cats[cat], 0) + 1
                 rt_name(name)
                 rt_ts(ts)
                 rt_dur(dur)
@@ -311,6 +336,8 @@ class Tabulator:
                     if name.startswith("nn.Module: "):  # bwdiag run's module spans (capture/annotate.py)
                         self._module(intern(name[11:], name[11:]), ts, dur, pid, tid)
             elif kind in GPU_KINDS:
+                if cat in accel_cats:
+                    accelerators[accel_cats[cat]] = accelerators.get(accel_cats[cat], 0) + 1
                 grid = args.get("grid")
                 blocks = _MISSING
                 if isinstance(grid, list) and grid and all(isinstance(g, (int, float)) for g in grid):
@@ -368,7 +395,8 @@ class Tabulator:
             for c, col in mine.cols.items():
                 col.extend(theirs.cols[c])
         self.flows.update(part.flows)
-        for mine, theirs in ((self.skipped, part.skipped), (self.unknown, part.unknown)):
+        for mine, theirs in ((self.skipped, part.skipped), (self.unknown, part.unknown),
+                             (self.accelerators, part.accelerators)):
             for k, v in theirs.items():
                 mine[k] = mine.get(k, 0) + v
         self.t0 = min(self.t0, part.t0)
@@ -384,7 +412,8 @@ class Tabulator:
         ops = ops[[c for c in ops.columns if c != "sig"] + ["sig"]]
         flows = {k: (p, t, ts - t0) for k, (p, t, ts) in self.flows.items()}
         repaired = {"args": self.no_args} if self.no_args else {}
-        return EventTables(gpu, ops, runtime, annotations, modules, flows, t0, self.skipped, self.unknown, repaired)
+        return EventTables(gpu, ops, runtime, annotations, modules, flows, t0, self.skipped, self.unknown, repaired,
+                           dict(self.accelerators))
 
 
 _HASHABLE = (int, str)
