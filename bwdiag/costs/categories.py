@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from .conv import CONV_OP_NAMES
 from .model import Category
 
 # Kernel-name patterns, first match wins; order matters (conv before gemm: cuDNN conv kernels are
@@ -121,22 +122,16 @@ GEMM_OPS = frozenset({
     "aten::_addmm_activation", "aten::_int_mm", "aten::einsum", "aten::outer", "aten::ger",
     "aten::_scaled_grouped_mm", "aten::_grouped_mm", "aten::_weight_int4pack_mm", "aten::_weight_int8pack_mm",
 })
-CONV_OPS = frozenset({
-    "aten::convolution", "aten::_convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d",
-    "aten::cudnn_convolution", "aten::cudnn_convolution_transpose", "aten::miopen_convolution",
-    "aten::miopen_convolution_transpose", "aten::miopen_depthwise_convolution",
-    "aten::convolution_overrideable", "aten::_slow_conv2d_forward", "aten::conv_transpose1d",
-    "aten::conv_transpose2d", "aten::conv_transpose3d", "aten::convolution_backward",
-    "aten::cudnn_convolution_relu", "aten::cudnn_convolution_add_relu", "aten::_conv_depthwise2d",
-    "aten::slow_conv_transpose2d", "aten::slow_conv_dilated2d", "aten::mkldnn_convolution",
-    "aten::convolution_backward_overrideable", "aten::_slow_conv2d_backward",
-    "aten::miopen_convolution_backward", "aten::cudnn_convolution_backward",
-})
+# Every name a convolution has had, forward and backward, PyTorch 1.x and 2.x (priced in costs.conv).
+CONV_OPS = CONV_OP_NAMES | frozenset({"aten::_convolution_double_backward", "aten::conv_tbc",
+                                      "aten::conv_tbc_backward"})
 _OP_RULES: list[tuple[str, Category]] = [
     (r"^(c10d|nccl|_c10d_functional|c10d_functional|symm_mem|gloo)::|record_param_comms|all_?reduce"
      r"|all_?gather|reduce_?scatter|all_?to_?all|all2all|broadcast_$|::send$|::recv", Category.COMMUNICATION),
     (r"attention|flash_attn|_flash_|_efficient_attention|mha|fmha|sdpa|paged_attention|varlen_attn",
      Category.ATTENTION),
+    # conv op names not listed in CONV_OPS, and autograd nodes: ThnnConv2DBackward -> aten::thnn_conv2_d
+    (r"convolution|(^|[:_])conv(_transpose|_depthwise|_dilated)?\d(_?d)?($|_)|::conv_tbc", Category.CONV),
     (r"^fbgemm::.*(embedding|lookup)", Category.EMBEDDING),
     (r"^fbgemm::.*quantiz", Category.CAST),
     (r"^fbgemm::.*(permute|bucketize|bounds_check|recat|offsets|sparse)", Category.INDEX),

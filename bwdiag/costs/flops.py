@@ -1,4 +1,5 @@
-"""GEMM, convolution and attention costs: FLOPs from ``torch.utils.flop_counter``, bytes by hand.
+"""GEMM and attention costs: FLOPs from ``torch.utils.flop_counter``, bytes by hand; convolutions
+are priced in ``costs.conv`` (one shape rule for every op name), which ``conv`` here calls.
 
 FLOP formulas are torch's own (``flop_registry``), called with shapes only; bytes are the minimum
 traffic (every input read once, every output written once).
@@ -11,7 +12,8 @@ import math
 from .args import OpArgs
 from .dtypes import bwdiag_dtype, dtype_bytes, type_from_code
 from .model import Category, Cost, unknown
-from .shapes import Shape, ShapeError, broadcast, conv_output_shape, numel
+from .conv import conv_cost
+from .shapes import Shape, ShapeError, broadcast, numel
 
 
 def _registry(op: str):
@@ -118,74 +120,9 @@ def _matmul_like(a: OpArgs, op: str) -> Cost:
 
 # --- convolution --------------------------------------------------------------------------------
 
-def _conv_params(a: OpArgs) -> dict:
-    transposed = bool(a.value("transposed", False))
-    if "transpose" in a.name:
-        transposed = True
-    groups = a.value("groups", 1)
-    return {
-        "stride": a.value("stride", 1), "padding": a.value("padding", 0),
-        "dilation": a.value("dilation", 1), "transposed": transposed,
-        "output_padding": a.value("output_padding", 0),
-        "groups": groups if isinstance(groups, int) and not isinstance(groups, bool) and groups > 0 else 1,
-    }
-
-
 def conv(a: OpArgs) -> Cost:
-    """Forward convolutions (convolution, _convolution, cudnn/miopen variants) and convolution_backward."""
-    if a.name == "aten::convolution_backward":
-        return conv_backward(a)
-    x, w = a.shape(0), a.shape(1)
-    if not x or not w:
-        raise ShapeError("conv shapes")
-    if not a.concrete or a.index("stride") is None:
-        return unknown(Category.CONV, "conv stride/padding not recorded (no Concrete Inputs)",
-                       bwdiag_dtype(a.type(0)))
-    p = _conv_params(a)
-    if x[1] != (w[0] if p["transposed"] else w[1] * p["groups"]):
-        raise ShapeError(f"conv channels: input {x} weight {w} groups {p['groups']}")
-    out = conv_output_shape(x, w, p["stride"], p["padding"], p["dilation"], p["transposed"],
-                            p["output_padding"], p["groups"])
-    f = _registry("convolution")(x, w, None, p["stride"], p["padding"], p["dilation"], p["transposed"],
-                                 out_val=out)
-    bias_i = a.index("bias")
-    reads = [(x, a.elem(0)), (w, a.elem(1))]
-    if bias_i is not None and a.shape(bias_i) is not None:
-        reads.append((a.shape(bias_i), a.elem(bias_i)))
-    total = sum(numel(s) * e for s, e in reads) + numel(out) * a.elem(0)
-    return Cost(float(f), float(total), bwdiag_dtype(a.type(0)), Category.CONV, True, None)
-
-
-def conv_backward(a: OpArgs) -> Cost:
-    """convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
-    transposed, output_padding, groups, output_mask)."""
-    g, x, w = a.shape(0), a.shape(1), a.shape(2)
-    if not g or not x or not w:
-        raise ShapeError("conv backward shapes")
-    if not a.concrete or a.index("stride") is None:
-        return unknown(Category.CONV, "conv stride/padding not recorded (no Concrete Inputs)",
-                       bwdiag_dtype(a.type(0)))
-    mask = a.value("output_mask")
-    if not (isinstance(mask, list) and len(mask) == 3):
-        return unknown(Category.CONV, "convolution_backward output_mask not recorded", bwdiag_dtype(a.type(0)))
-    p = _conv_params(a)
-    expect = conv_output_shape(x, w, p["stride"], p["padding"], p["dilation"], p["transposed"],
-                               p["output_padding"], p["groups"])
-    if expect != g:
-        raise ShapeError(f"grad_output {g} does not match conv output {expect}")
-    f = _registry("convolution_backward")(
-        g, x, w, None, p["stride"], p["padding"], p["dilation"], p["transposed"], p["output_padding"],
-        p["groups"], mask, out_val=(x, w, None))
-    e = a.elem(0)
-    c_out = w[1] * p["groups"] if p["transposed"] else w[0]
-    total = numel(g) * e
-    if mask[0]:
-        total += numel(w) * a.elem(2) + numel(x) * a.elem(1)  # read weight, write grad_input
-    if mask[1]:
-        total += numel(x) * a.elem(1) + numel(w) * a.elem(2)  # read input, write grad_weight
-    if mask[2]:
-        total += c_out * e  # write grad_bias
-    return Cost(float(f), float(total), bwdiag_dtype(a.type(0)), Category.CONV, True, None)
+    """Every convolution op name, forward and backward, PyTorch 1.x and 2.x: see ``costs.conv``."""
+    return conv_cost(a)
 
 
 # --- attention ----------------------------------------------------------------------------------

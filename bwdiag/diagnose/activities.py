@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from bwdiag.costs import Category, Cost, categorize_kernel, estimate_op, memcpy_cost, memset_cost
+from bwdiag.costs.conv_context import complete_conv_costs
 from bwdiag.costs.dtypes import dtype_bytes
 from bwdiag.diagnose.tensor_units import matrix_unit
 from bwdiag.trace import RankTrace
@@ -218,7 +219,7 @@ def _op_costs(ops: pd.DataFrame, indices, kernel_names: dict | None = None) -> d
         if cost is None:
             cost = cache[key] = estimate_op(name, dims, types, concrete, strides, kernel_name=kernel)
         out[idx] = cost
-    return out
+    return complete_conv_costs(ops, out)  # conv shapes an op lacks, from its layer's backward
 
 
 def _first_input_bytes(ops: pd.DataFrame, indices: np.ndarray) -> dict[int, float]:
