@@ -229,11 +229,10 @@ def reduction(a: OpArgs) -> Cost:
     else:
         dim_i = a.index("dim")
         if dim_i is None and a.names() is None:
-            return unknown(Category.REDUCTION, f"reduction dims of {a.name} not recorded", bwdiag_dtype(a.type(0)))
+            return _reduction_lower_bound(a, f"reduction dims of {a.name} not recorded (arguments match no schema)")
         if dim_i is not None and not a.concrete:
             # older Kineto records neither the dim list ("" type) nor Concrete Inputs
-            return unknown(Category.REDUCTION, "reduction dims not recorded (no Concrete Inputs)",
-                           bwdiag_dtype(a.type(0)))
+            return _reduction_lower_bound(a, "reduction dims not recorded (no Concrete Inputs)")
         dims = a.value("dim") if dim_i is not None else None
         out = reduced_shape(x, dims, bool(keepdim))
     out_type = type_from_code(a.value("dtype")) or a.type(0)
@@ -253,6 +252,26 @@ def reduction(a: OpArgs) -> Cost:
         if op in _TWO_OUTPUTS:
             t.add(out, dtype_bytes(out_type), "output")
     return t.cost(float(numel(x)), bwdiag_dtype(a.type(0)), Category.REDUCTION, "1 FLOP per input element")
+
+
+#: Start of ``Cost.note`` for estimates that count only part of the traffic (the true bytes are at
+#: least this much). Every such note starts with it, so a reader can tell bounds from estimates.
+LOWER_BOUND = "lower bound"
+
+
+def _reduction_lower_bound(a: OpArgs, why: str) -> Cost:
+    """A reduction whose reduced dims are not recorded: the output size is unknown (one element
+    for a reduction over everything, up to the input's size over one dim of extent 1), but every
+    input element is read once and costs 1 FLOP whatever the dims. Bytes = the tensor inputs read
+    (the input, a loss's target), the output not counted: a lower bound, labelled as one."""
+    t = Traffic()
+    t.add(a.shape(0), a.elem(0), "input")
+    for i in _inputs(a)[1:]:
+        if a.shape(i):
+            t.add(a.shape(i), a.elem(i), "input")
+    x = a.shape(0)
+    return t.cost(float(numel(x)) if x is not None else None, bwdiag_dtype(a.type(0)), Category.REDUCTION,
+                  f"{LOWER_BOUND}: input read, output not counted ({why}); 1 FLOP per input element")
 
 
 def pool(a: OpArgs) -> Cost:
