@@ -11,6 +11,8 @@ optimizer steps leave FLOPs ``None`` (not modelled; they are memory-bound).
 
 from __future__ import annotations
 
+import re
+
 from .args import OpArgs
 from .dtypes import bwdiag_dtype, dtype_bytes, promote, type_from_code
 from .model import Category, Cost, unknown
@@ -320,17 +322,47 @@ def pool(a: OpArgs) -> Cost:
     return t.cost(float(numel(x)), bwdiag_dtype(a.type(0)), Category.REDUCTION, "1 FLOP per input element")
 
 
+#: Inductor's pointwise kernels fused onto an extern kernel's result whose bias inductor peeled off:
+#: ``addmm`` (``unfuse_bias_add_to_pointwise``: mm on cuBLAS, bias add + activation in Triton) and
+#: ``convolution`` (bias peeled off the cuDNN call on GPU). Their fused-op list names the op.
+_TRITON_EPILOGUE = re.compile(r"^triton_poi_fused_(?:.*_)?(addmm|convolution)(?:_.*)?_\d+$")
+
+
 def triton_kernel_op(a: OpArgs, category: Category) -> Cost:
     """A Triton kernel recorded as an op (torch.compile with record_shapes): its arguments are the
     kernel's buffers. Inputs and outputs are not distinguished, so every tensor argument counts as
-    touched once (a lower bound: in-place buffers are read and written)."""
+    touched once: a lower bound, since a buffer the kernel updates in place is read and written.
+
+    GEMM/conv epilogues are the exception where the in-place buffer is known: a pointwise kernel
+    named ``triton_poi_fused_…addmm…`` or ``…convolution…`` adds the bias (and activation) to the
+    extern GEMM/conv output, a temporary with no other user, so inductor passes it as
+    ``in_out_ptr0`` — in-place buffers come first in inductor's argument list — and the kernel reads
+    and writes it. The first tensor argument then counts twice (read + write) when its size is the
+    kernel's ``xnumel`` (the first integer after the buffers; checked when recorded), the others once.
+    """
     t = Traffic()
-    seen = False
-    for i in a.tensor_indices():
-        if a.shape(i):
-            t.add(a.shape(i), a.elem(i))
-            seen = True
-    if not seen:
+    tensors = [i for i in a.tensor_indices() if a.shape(i)]
+    if not tensors:
         raise ShapeError("no tensor arguments")
-    return t.cost(None, bwdiag_dtype(a.type(a.tensor_indices()[0])), category,
-                  "Triton kernel: each tensor argument counted once (inputs/outputs not distinguished)")
+    for i in tensors:
+        t.add(a.shape(i), a.elem(i))
+    dtype = bwdiag_dtype(a.type(a.tensor_indices()[0]))
+    m = _TRITON_EPILOGUE.match(a.name)
+    first = a.shape(tensors[0])
+    if m and first is not None and tensors[0] == 0 and _xnumel(a, tensors) in (None, numel(first)):
+        t.add(first, a.elem(0), "in-place output")
+        return t.cost(None, dtype, category,
+                      f"Triton {m.group(1)} epilogue: first buffer (the extern {m.group(1)} output, "
+                      "in_out_ptr0) read and written, other tensor arguments counted once")
+    return t.cost(None, dtype, category,
+                  f"{LOWER_BOUND}: Triton kernel, each tensor argument counted once "
+                  "(inputs/outputs not distinguished; in-place buffers are read and written)")
+
+
+def _xnumel(a: OpArgs, tensors: list[int]) -> int | None:
+    """The first integer argument after a Triton kernel's buffers (``xnumel``), if recorded."""
+    for i in range(tensors[-1] + 1, len(a)):
+        v = a.value(i)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return None
