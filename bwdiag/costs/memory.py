@@ -196,6 +196,52 @@ def copy(a: OpArgs) -> Cost:
     return t.cost(0.0, bwdiag_dtype(dst_t), cat)
 
 
+#: Ops that hand a whole tensor to one ``cudaMemcpy``/``hipMemcpy`` (same dtype, same size) or
+#: fill it with one ``cudaMemset``/``hipMemset`` (a constant byte pattern).
+MEMCPY_OPS = frozenset({"copy_", "_copy_from", "copy", "clone", "contiguous", "_to_copy", "to"})
+MEMSET_OPS = frozenset({"fill_", "zero_"})
+
+
+def transfer_payload(a: OpArgs, kind: str) -> tuple[float, str] | tuple[None, str]:
+    """Bytes a ``gpu_memcpy`` (``kind="memcpy"``) or ``gpu_memset`` (``"memset"``) event moves,
+    from the op that launched it, for traces that do not record ``bytes`` on the event (ROCm).
+
+    memcpy under a copy op (``copy_(self=dst, src)``, ``_copy_from(self=src, dst)``, ``clone``,
+    ``contiguous``, ``_to_copy``, ``to``): numel × element size of the source. A memcpy casts
+    nothing, so source and destination must agree in dtype and element count; a casting or
+    broadcasting copy moves a temporary of unknown dtype and stays unknown. memset under
+    ``fill_``/``zero_``: numel × element size of ``self``, the tensor written. Returns
+    ``(bytes, basis)`` or ``(None, why not)``.
+    """
+    op = _op(a)
+    if kind == "memset":
+        if op not in MEMSET_OPS:
+            return None, f"memset under {a.name}: its size is not an argument's"
+        s = a.shape(0)
+        e = a.elem(0)
+        if s is None or e is None:
+            return None, f"{a.name}: target shape or dtype not recorded"
+        return float(numel(s) * e), f"{a.name} target {a.type(0)}{list(s)}"
+    if op not in MEMCPY_OPS:
+        return None, f"memcpy under {a.name}: not a copy op"
+    if op in ("copy_", "copy"):
+        src, dst = 1, 0
+    elif op == "_copy_from":
+        src, dst = 0, 1
+    else:
+        src, dst = 0, None
+    s, e = a.shape(src), a.elem(src)
+    if s is None or e is None:
+        return None, f"{a.name}: source shape or dtype not recorded"
+    if dst is not None:
+        d = a.shape(dst)
+        if d is None or a.type(dst) != a.type(src) or numel(d) != numel(s):
+            return None, f"{a.name}: casting or broadcasting copy (the memcpy moves a temporary)"
+    elif type_from_code(a.value("dtype")) not in (None, a.type(src)):
+        return None, f"{a.name}: casting copy (the memcpy moves a temporary)"
+    return float(numel(s) * e), f"{a.name} source {a.type(src)}{list(s)}"
+
+
 def concat(a: OpArgs) -> Cost:
     """cat/stack(tensors, dim): read every input, write their sum. The element type of a TensorList
     is not recorded: it comes from the kernel name when the caller passes one."""
