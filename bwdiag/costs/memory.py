@@ -11,6 +11,8 @@ optimizer steps leave FLOPs ``None`` (not modelled; they are memory-bound).
 
 from __future__ import annotations
 
+import re
+
 from .args import OpArgs
 from .dtypes import bwdiag_dtype, dtype_bytes, promote, type_from_code
 from .model import Category, Cost, unknown
@@ -194,6 +196,52 @@ def copy(a: OpArgs) -> Cost:
     return t.cost(0.0, bwdiag_dtype(dst_t), cat)
 
 
+#: Ops that hand a whole tensor to one ``cudaMemcpy``/``hipMemcpy`` (same dtype, same size) or
+#: fill it with one ``cudaMemset``/``hipMemset`` (a constant byte pattern).
+MEMCPY_OPS = frozenset({"copy_", "_copy_from", "copy", "clone", "contiguous", "_to_copy", "to"})
+MEMSET_OPS = frozenset({"fill_", "zero_"})
+
+
+def transfer_payload(a: OpArgs, kind: str) -> tuple[float, str] | tuple[None, str]:
+    """Bytes a ``gpu_memcpy`` (``kind="memcpy"``) or ``gpu_memset`` (``"memset"``) event moves,
+    from the op that launched it, for traces that do not record ``bytes`` on the event (ROCm).
+
+    memcpy under a copy op (``copy_(self=dst, src)``, ``_copy_from(self=src, dst)``, ``clone``,
+    ``contiguous``, ``_to_copy``, ``to``): numel × element size of the source. A memcpy casts
+    nothing, so source and destination must agree in dtype and element count; a casting or
+    broadcasting copy moves a temporary of unknown dtype and stays unknown. memset under
+    ``fill_``/``zero_``: numel × element size of ``self``, the tensor written. Returns
+    ``(bytes, basis)`` or ``(None, why not)``.
+    """
+    op = _op(a)
+    if kind == "memset":
+        if op not in MEMSET_OPS:
+            return None, f"memset under {a.name}: its size is not an argument's"
+        s = a.shape(0)
+        e = a.elem(0)
+        if s is None or e is None:
+            return None, f"{a.name}: target shape or dtype not recorded"
+        return float(numel(s) * e), f"{a.name} target {a.type(0)}{list(s)}"
+    if op not in MEMCPY_OPS:
+        return None, f"memcpy under {a.name}: not a copy op"
+    if op in ("copy_", "copy"):
+        src, dst = 1, 0
+    elif op == "_copy_from":
+        src, dst = 0, 1
+    else:
+        src, dst = 0, None
+    s, e = a.shape(src), a.elem(src)
+    if s is None or e is None:
+        return None, f"{a.name}: source shape or dtype not recorded"
+    if dst is not None:
+        d = a.shape(dst)
+        if d is None or a.type(dst) != a.type(src) or numel(d) != numel(s):
+            return None, f"{a.name}: casting or broadcasting copy (the memcpy moves a temporary)"
+    elif type_from_code(a.value("dtype")) not in (None, a.type(src)):
+        return None, f"{a.name}: casting copy (the memcpy moves a temporary)"
+    return float(numel(s) * e), f"{a.name} source {a.type(src)}{list(s)}"
+
+
 def concat(a: OpArgs) -> Cost:
     """cat/stack(tensors, dim): read every input, write their sum. The element type of a TensorList
     is not recorded: it comes from the kernel name when the caller passes one."""
@@ -229,11 +277,10 @@ def reduction(a: OpArgs) -> Cost:
     else:
         dim_i = a.index("dim")
         if dim_i is None and a.names() is None:
-            return unknown(Category.REDUCTION, f"reduction dims of {a.name} not recorded", bwdiag_dtype(a.type(0)))
+            return _reduction_lower_bound(a, f"reduction dims of {a.name} not recorded (arguments match no schema)")
         if dim_i is not None and not a.concrete:
             # older Kineto records neither the dim list ("" type) nor Concrete Inputs
-            return unknown(Category.REDUCTION, "reduction dims not recorded (no Concrete Inputs)",
-                           bwdiag_dtype(a.type(0)))
+            return _reduction_lower_bound(a, "reduction dims not recorded (no Concrete Inputs)")
         dims = a.value("dim") if dim_i is not None else None
         out = reduced_shape(x, dims, bool(keepdim))
     out_type = type_from_code(a.value("dtype")) or a.type(0)
@@ -253,6 +300,26 @@ def reduction(a: OpArgs) -> Cost:
         if op in _TWO_OUTPUTS:
             t.add(out, dtype_bytes(out_type), "output")
     return t.cost(float(numel(x)), bwdiag_dtype(a.type(0)), Category.REDUCTION, "1 FLOP per input element")
+
+
+#: Start of ``Cost.note`` for estimates that count only part of the traffic (the true bytes are at
+#: least this much). Every such note starts with it, so a reader can tell bounds from estimates.
+LOWER_BOUND = "lower bound"
+
+
+def _reduction_lower_bound(a: OpArgs, why: str) -> Cost:
+    """A reduction whose reduced dims are not recorded: the output size is unknown (one element
+    for a reduction over everything, up to the input's size over one dim of extent 1), but every
+    input element is read once and costs 1 FLOP whatever the dims. Bytes = the tensor inputs read
+    (the input, a loss's target), the output not counted: a lower bound, labelled as one."""
+    t = Traffic()
+    t.add(a.shape(0), a.elem(0), "input")
+    for i in _inputs(a)[1:]:
+        if a.shape(i):
+            t.add(a.shape(i), a.elem(i), "input")
+    x = a.shape(0)
+    return t.cost(float(numel(x)) if x is not None else None, bwdiag_dtype(a.type(0)), Category.REDUCTION,
+                  f"{LOWER_BOUND}: input read, output not counted ({why}); 1 FLOP per input element")
 
 
 def pool(a: OpArgs) -> Cost:
@@ -301,17 +368,47 @@ def pool(a: OpArgs) -> Cost:
     return t.cost(float(numel(x)), bwdiag_dtype(a.type(0)), Category.REDUCTION, "1 FLOP per input element")
 
 
+#: Inductor's pointwise kernels fused onto an extern kernel's result whose bias inductor peeled off:
+#: ``addmm`` (``unfuse_bias_add_to_pointwise``: mm on cuBLAS, bias add + activation in Triton) and
+#: ``convolution`` (bias peeled off the cuDNN call on GPU). Their fused-op list names the op.
+_TRITON_EPILOGUE = re.compile(r"^triton_poi_fused_(?:.*_)?(addmm|convolution)(?:_.*)?_\d+$")
+
+
 def triton_kernel_op(a: OpArgs, category: Category) -> Cost:
     """A Triton kernel recorded as an op (torch.compile with record_shapes): its arguments are the
     kernel's buffers. Inputs and outputs are not distinguished, so every tensor argument counts as
-    touched once (a lower bound: in-place buffers are read and written)."""
+    touched once: a lower bound, since a buffer the kernel updates in place is read and written.
+
+    GEMM/conv epilogues are the exception where the in-place buffer is known: a pointwise kernel
+    named ``triton_poi_fused_…addmm…`` or ``…convolution…`` adds the bias (and activation) to the
+    extern GEMM/conv output, a temporary with no other user, so inductor passes it as
+    ``in_out_ptr0`` — in-place buffers come first in inductor's argument list — and the kernel reads
+    and writes it. The first tensor argument then counts twice (read + write) when its size is the
+    kernel's ``xnumel`` (the first integer after the buffers; checked when recorded), the others once.
+    """
     t = Traffic()
-    seen = False
-    for i in a.tensor_indices():
-        if a.shape(i):
-            t.add(a.shape(i), a.elem(i))
-            seen = True
-    if not seen:
+    tensors = [i for i in a.tensor_indices() if a.shape(i)]
+    if not tensors:
         raise ShapeError("no tensor arguments")
-    return t.cost(None, bwdiag_dtype(a.type(a.tensor_indices()[0])), category,
-                  "Triton kernel: each tensor argument counted once (inputs/outputs not distinguished)")
+    for i in tensors:
+        t.add(a.shape(i), a.elem(i))
+    dtype = bwdiag_dtype(a.type(a.tensor_indices()[0]))
+    m = _TRITON_EPILOGUE.match(a.name)
+    first = a.shape(tensors[0])
+    if m and first is not None and tensors[0] == 0 and _xnumel(a, tensors) in (None, numel(first)):
+        t.add(first, a.elem(0), "in-place output")
+        return t.cost(None, dtype, category,
+                      f"Triton {m.group(1)} epilogue: first buffer (the extern {m.group(1)} output, "
+                      "in_out_ptr0) read and written, other tensor arguments counted once")
+    return t.cost(None, dtype, category,
+                  f"{LOWER_BOUND}: Triton kernel, each tensor argument counted once "
+                  "(inputs/outputs not distinguished; in-place buffers are read and written)")
+
+
+def _xnumel(a: OpArgs, tensors: list[int]) -> int | None:
+    """The first integer argument after a Triton kernel's buffers (``xnumel``), if recorded."""
+    for i in range(tensors[-1] + 1, len(a)):
+        v = a.value(i)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return None

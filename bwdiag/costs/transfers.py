@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .args import OpArgs
+from .memory import transfer_payload
 from .model import Category, Cost
 
 _MEMCPY_KIND = re.compile(r"Memcpy\s+(\w+)", re.IGNORECASE)
@@ -33,7 +35,8 @@ def memcpy_kind(name: object) -> str | None:
     return m.group(1) if m else None
 
 
-def memcpy_cost(args: dict, name: str | None = None) -> Cost:
+def memcpy_cost(args: dict, name: str | None = None, launch: LaunchOp | None = None,
+                share: float = 1.0) -> Cost:
     """Cost of a Kineto ``gpu_memcpy`` event: ``bytes`` = the copied bytes (``args["bytes"]``).
 
     Decision: ``bytes`` is the payload, as Kineto reports it and as its ``memory bandwidth (GB/s)``
@@ -41,26 +44,69 @@ def memcpy_cost(args: dict, name: str | None = None) -> Cost:
     write); pass ``name`` (``"Memcpy DtoD (Device -> Device)"``) and a DtoD copy counts 2x so that
     it can be placed against the HBM ceiling like any other kernel. Host transfers (HtoD, DtoH)
     are bounded by the host link, so they keep the payload.
+
+    Where the event carries no ``bytes`` (ROCm/roctracer traces), ``launch`` — the op that
+    launched it — supplies the payload (:func:`~bwdiag.costs.memory.transfer_payload`: the source
+    tensor of ``aten::copy_`` and the other copy ops), times ``share`` when the op launched several
+    such copies (the caller splits it by their durations).
     """
     if not isinstance(args, dict):
-        return Cost(None, None, None, Category.MEMCPY, False, "no memcpy args")
+        args = {}
     b = _num(args.get("bytes"))
+    basis = None
     if b is None:
-        return Cost(None, None, None, Category.MEMCPY, False, "memcpy bytes not recorded")
+        b, basis = _from_launch(launch, "memcpy", share)
+        if b is None:
+            return Cost(None, None, None, Category.MEMCPY, False, f"memcpy bytes not recorded ({basis})")
     kind = memcpy_kind(name)
     if kind == "DtoD":
-        return Cost(0.0, 2 * b, None, Category.MEMCPY, False, "device-to-device: read + write = 2x payload")
-    return Cost(0.0, b, None, Category.MEMCPY, False, f"{kind} payload" if kind else "payload")
+        note = "device-to-device: read + write = 2x payload"
+        return Cost(0.0, 2 * b, None, Category.MEMCPY, False, f"{note}; payload from {basis}" if basis else note)
+    note = f"{kind} payload" if kind else "payload"
+    return Cost(0.0, b, None, Category.MEMCPY, False, f"{note} from {basis}" if basis else note)
 
 
-def memset_cost(args: dict) -> Cost:
-    """Cost of a Kineto ``gpu_memset`` event: ``bytes`` = bytes written (``args["bytes"]``)."""
+def memset_cost(args: dict, launch: LaunchOp | None = None, share: float = 1.0) -> Cost:
+    """Cost of a Kineto ``gpu_memset`` event: ``bytes`` = bytes written (``args["bytes"]``).
+
+    Without ``bytes`` (ROCm), the launching ``aten::fill_``/``aten::zero_`` gives the size of the
+    tensor it fills (times ``share``, as for :func:`memcpy_cost`).
+    """
     if not isinstance(args, dict):
-        return Cost(None, None, None, Category.MEMSET, False, "no memset args")
+        args = {}
     b = _num(args.get("bytes"))
+    if b is not None:
+        return Cost(0.0, b, None, Category.MEMSET, False, None)
+    b, basis = _from_launch(launch, "memset", share)
     if b is None:
-        return Cost(None, None, None, Category.MEMSET, False, "memset bytes not recorded")
-    return Cost(0.0, b, None, Category.MEMSET, False, None)
+        return Cost(None, None, None, Category.MEMSET, False, f"memset bytes not recorded ({basis})")
+    return Cost(0.0, b, None, Category.MEMSET, False, f"bytes from {basis}")
+
+
+@dataclass(frozen=True)
+class LaunchOp:
+    """The recorded op that launched a memcpy/memset: name, ``Input Dims``, ``Input type`` and
+    ``Concrete Inputs`` as in its Kineto ``cpu_op`` args."""
+
+    name: str
+    dims: list | None
+    types: list | None
+    concrete: list | None = None
+
+
+def has_bytes(args: object) -> bool:
+    """Whether a memcpy/memset event records its size (``args["bytes"]``, a finite number >= 0)."""
+    return isinstance(args, dict) and _num(args.get("bytes")) is not None
+
+
+def _from_launch(launch: LaunchOp | None, kind: str, share: float) -> tuple[float | None, str]:
+    if launch is None or not isinstance(launch.name, str):
+        return None, "no launching op"
+    a = OpArgs.build(launch.name, launch.dims, launch.types, launch.concrete)
+    b, basis = transfer_payload(a, kind)
+    if b is None:
+        return None, basis
+    return b * share, f"launching {basis}" + (f", x{share:.3g} share" if share != 1.0 else "")
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ import pandas as pd
 
 from bwdiag.costs import Category, Cost, categorize_kernel, estimate_op, memcpy_cost, memset_cost
 from bwdiag.costs.conv_context import complete_conv_costs
+from bwdiag.costs.transfers import LaunchOp, has_bytes
 from bwdiag.costs.dtypes import dtype_bytes
 from bwdiag.diagnose.tensor_units import matrix_unit
 from bwdiag.trace import RankTrace
@@ -116,10 +117,14 @@ def gpu_activities(trace: RankTrace) -> pd.DataFrame:
                     if b is not None and category[i] == Category.COPY.value:
                         nbytes[i] = 2.0 * b  # reads and writes the tensor it re-lays out
 
-    # Copies and fills: their own cost, from their args.
+    # Copies and fills: their own cost, from their args (or, with no ``bytes`` there, their op's).
     args = gpu["args"].to_numpy(dtype=object)
-    for i in np.flatnonzero((kinds == "memcpy") | (kinds == "memset")):
-        cost = memcpy_cost(args[i] or {}, names[i]) if kinds[i] == "memcpy" else memset_cost(args[i] or {})
+    transfers = np.flatnonzero((kinds == "memcpy") | (kinds == "memset"))
+    launch, share = _transfer_launches(ops, transfers, op_idx, kinds, args, durs)
+    for i in transfers:
+        o = launch.get(i)
+        cost = memcpy_cost(args[i] or {}, names[i], o, share.get(i, 1.0)) if kinds[i] == "memcpy" \
+            else memset_cost(args[i] or {}, o, share.get(i, 1.0))
         category[i] = cost.category.value
         dtype[i] = cost.dtype
         if cost.flops is not None:
@@ -220,6 +225,29 @@ def _op_costs(ops: pd.DataFrame, indices, kernel_names: dict | None = None) -> d
             cost = cache[key] = estimate_op(name, dims, types, concrete, strides, kernel_name=kernel)
         out[idx] = cost
     return complete_conv_costs(ops, out)  # conv shapes an op lacks, from its layer's backward
+
+
+def _transfer_launches(ops, rows, op_idx, kinds, args, durs) -> tuple[dict, dict]:
+    """For memcpy/memset rows without ``bytes`` that have a launching op: that op (``LaunchOp``),
+    and each row's share of it — split by duration when one op launched several such transfers."""
+    rows = [i for i in rows if op_idx[i] >= 0 and not has_bytes(args[i])]
+    launch: dict[int, LaunchOp] = {}
+    share: dict[int, float] = {}
+    if not rows:
+        return launch, share
+    sel = ops.loc[np.unique(op_idx[rows]), ["name", "dims", "types", "concrete"]]
+    found = {o: LaunchOp(n, d, t, c) for o, n, d, t, c in
+             zip(sel.index, sel["name"], sel["dims"], sel["types"], sel["concrete"])}
+    groups: dict[tuple, list[int]] = {}
+    for i in rows:
+        launch[i] = found[op_idx[i]]
+        groups.setdefault((op_idx[i], kinds[i]), []).append(i)
+    for members in groups.values():
+        if len(members) > 1:
+            total = float(sum(durs[i] for i in members))
+            for i in members:
+                share[i] = durs[i] / total if total > 0 else 1.0 / len(members)
+    return launch, share
 
 
 def _first_input_bytes(ops: pd.DataFrame, indices: np.ndarray) -> dict[int, float]:
