@@ -24,7 +24,6 @@ Nothing here changes a trace that has no graph launch.
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +49,10 @@ HOW_TO_CAPTURE = (
 
 # A replay must match at least this share of its items to be aligned with a capture.
 MIN_MATCH_SHARE = 0.5
+# After a difference, the sequences are in step again once this many items agree; skips longer than
+# MAX_RESYNC_SKIP (in both sequences together) are not looked for.
+RESYNC_RUN = 8
+MAX_RESYNC_SKIP = 256
 
 _LAUNCH = re.compile(r"LaunchKernel|LaunchCooperativeKernel|ModuleLaunch|Memcpy|Memset")
 _EXECUTE_TOKENS = re.compile(r"^execute_(\d+)_")
@@ -273,14 +276,43 @@ def _best_segment(items, blocks, want, segments):
 def _match(replay, captured) -> list[tuple[int, int]]:
     """Pairs (replay index, capture index) of items that align, in order.
 
-    Launches with no recorded kernel name match any kernel when both sequences have the same kinds
-    in the same order; otherwise the longest matching runs of (kind, name) are taken.
+    The two sequences are walked in step; at a difference, the smallest skip (in either or both
+    sequences) after which the next :data:`RESYNC_RUN` items agree again is taken. A decoder's
+    kernels repeat layer after layer, so a longest-common-block diff would happily pair layer 3 of
+    one with layer 7 of the other; the smallest skip keeps each kernel with its own layer. A launch
+    with no recorded kernel name (CUDA runtime events may lack ``kernel``) matches any kernel.
     """
-    if len(replay) == len(captured) and all(
-            r[0] == c[0] and (c[1] is None or r[1] == c[1]) for r, c in zip(replay, captured)):
-        return list(zip(range(len(replay)), range(len(captured))))
-    sm = difflib.SequenceMatcher(None, replay, captured, autojunk=False)
-    return [(a + k, b + k) for a, b, n in sm.get_matching_blocks() for k in range(n)]
+    n, m = len(replay), len(captured)
+
+    def same(i: int, j: int) -> bool:
+        r, c = replay[i], captured[j]
+        return r[0] == c[0] and (c[1] is None or r[1] == c[1])
+
+    def run_agrees(i: int, j: int) -> bool:
+        w = min(RESYNC_RUN, n - i, m - j)
+        return w > 0 and all(same(i + k, j + k) for k in range(w))
+
+    pairs: list[tuple[int, int]] = []
+    i = j = 0
+    while i < n and j < m:
+        if same(i, j):
+            pairs.append((i, j))
+            i += 1
+            j += 1
+            continue
+        skip = None
+        for d in range(1, min(MAX_RESYNC_SKIP, (n - i) + (m - j)) + 1):
+            # skips of total d, the most even first (a substituted run before a one-sided gap)
+            for di in sorted(range(d + 1), key=lambda x: abs(2 * x - d)):
+                if run_agrees(i + di, j + d - di):
+                    skip = (di, d - di)
+                    break
+            if skip:
+                break
+        if skip is None:
+            break
+        i, j = i + skip[0], j + skip[1]
+    return pairs
 
 
 def _offset_sigs(ops: pd.DataFrame, captures: list[CaptureTrace]) -> None:
