@@ -115,6 +115,16 @@ def test_tiny_capture_folder_beside_is_found_and_is_not_a_rank(tmp_path):
     assert not any("replayed" in w for w in warnings)
 
 
+def test_tiny_graph_capture_reaches_every_rank_in_worker_processes(tmp_path):
+    files = [_write(_exec_trace(replays=1), tmp_path / f"rank{r}.json") for r in (0, 1)]
+    cap = _write(_capture_trace(), tmp_path / "elsewhere" / "cap.json")
+    traces, _ = load_traces(files, graph_capture=[cap], jobs=2)
+    assert [t.rank for t in traces] == [0, 1]
+    for t in traces:
+        assert (t.gpu["link"] == "capture").all()
+        assert gpu_activities(t).sort_values("ts")["flops"].iloc[0] == 2 * M * K * N
+
+
 def test_tiny_missing_graph_capture_file_is_refused(tmp_path):
     exe = _write(_exec_trace(), tmp_path / "exec.json")
     from bwdiag.errors import TraceError

@@ -381,6 +381,11 @@ def _load_or_error(path: Path, file_progress=None, jobs: int = 1, meanwhile=None
         return err
 
 
+def _with(captures) -> dict:
+    """``captures`` as a keyword argument only when given (the common call stays ``(path)``)."""
+    return {"captures": captures} if captures else {}
+
+
 def _load_all(files: list[Path], jobs: int, file_progress, meanwhile=None,
               captures=None) -> Iterable[RankTrace | TraceError]:
     """Each file's RankTrace (or its TraceError), in order; in worker processes when ``jobs`` > 1."""
@@ -389,7 +394,7 @@ def _load_all(files: list[Path], jobs: int, file_progress, meanwhile=None,
         return
     if jobs <= 1 or not forkable():
         for f in files:
-            yield _load_or_error(f, captures=captures)
+            yield _load_or_error(f, **_with(captures))
         return
     # Whole ranks load in the workers, tables and linking included: import pandas (and whatever the
     # caller will need) before forking them, so they inherit it instead of importing it one by one.
@@ -403,7 +408,7 @@ def _load_all(files: list[Path], jobs: int, file_progress, meanwhile=None,
         futures = []
         for f in files:  # all submitted before any wait
             try:
-                futures.append(pool.submit(_load_or_error, f, captures=captures))
+                futures.append(pool.submit(_load_or_error, f, **_with(captures)))
             except BrokenExecutor:
                 futures.append(None)
         for f, fut in zip(files, futures):
@@ -413,7 +418,7 @@ def _load_all(files: list[Path], jobs: int, file_progress, meanwhile=None,
                     continue
             except BrokenExecutor:  # a worker died (killed for memory?): load the rest here, one by one
                 pass
-            yield _load_or_error(f, captures=captures)
+            yield _load_or_error(f, **_with(captures))
 
 
 def _assign_ranks(traces: list[RankTrace], warnings: list[str]) -> None:
