@@ -114,14 +114,18 @@ def _default_out(paths: tuple[str, ...]) -> Path:
               help="JSON file of device ceilings that overrides the table (see `bwdiag devices --json`).")
 @click.option("--force", is_flag=True, help="Overwrite outputs already in the output folder.")
 @click.option("--open", "open_report", is_flag=True, help="Open report.html in a browser when done.")
+@click.option("--graph-capture", "graph_capture", multiple=True, type=click.Path(path_type=Path),
+              metavar="FILE", help="Capture-time trace (or folder of them) that prices CUDA/HIP graph replays "
+                                   "[default: capture_traces/ beside the trace, as vLLM writes it]. Repeatable.")
 def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | None, force: bool,
-            open_report: bool) -> None:
+            open_report: bool, graph_capture: tuple[Path, ...]) -> None:
     """Diagnose saved torch.profiler traces: files (.json / .json.gz) or folders of rank files."""
     from bwdiag import pipeline
 
     out_dir = out_dir or _default_out(traces)
     pipeline.check_output_dir(out_dir, force=force)  # fail before the (long) analysis
-    diagnosis = pipeline.analyze(traces, device_spec=device_spec, progress=sys.stderr.isatty())
+    diagnosis = pipeline.analyze(traces, device_spec=device_spec, progress=sys.stderr.isatty(),
+                                 graph_capture=graph_capture or None)
     outputs = pipeline.write_outputs(diagnosis, out_dir, force=True)
     pipeline.print_summary(diagnosis, outputs)
     if open_report:

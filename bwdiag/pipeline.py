@@ -18,14 +18,18 @@ OUTPUT_NAMES = {"json": "diagnosis.json", "html": "report.html"}
 
 
 def analyze(paths: Sequence[str | os.PathLike], *, device_spec: Path | None = None,
-            progress: bool = False) -> Diagnosis:
-    """Load the traces under ``paths`` (files and/or folders of rank files) and diagnose them."""
+            progress: bool = False, graph_capture: Sequence[str | os.PathLike] | None = None) -> Diagnosis:
+    """Load the traces under ``paths`` (files and/or folders of rank files) and diagnose them.
+
+    ``graph_capture``: capture-time traces (files or folders) that price CUDA/HIP graph replays;
+    without it, a ``capture_traces/`` folder beside each trace is used when there is one.
+    """
     from bwdiag.trace import find_trace_files, load_traces
 
     files = find_trace_files(list(paths))
     with _progress(progress, files) as bar:
         traces, warnings = load_traces(files, progress=bar.file_done, file_progress=bar.file_bytes,
-                                       meanwhile=_import_analysis)
+                                       meanwhile=_import_analysis, graph_capture=graph_capture)
         bar.phase("analysing")
         from bwdiag.diagnose.build import diagnose
         from bwdiag.diagnose.findings import add_findings

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 # before the caller imports its analysis (``meanwhile``), so neither side waits for the other.
 
 TRACE_SUFFIXES = (".json", ".json.gz")
+CAPTURE_DIR = "capture_traces"  # vLLM's graph-capture traces: used to price replays, not ranks
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
@@ -72,7 +73,8 @@ def find_trace_files(paths: Sequence[str | Path]) -> list[Path]:
         if not path.exists():
             raise TraceError(f"{path}: no such file or folder")
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and _is_trace_name(p.name))
+            found = sorted(p for p in path.rglob("*") if p.is_file() and _is_trace_name(p.name)
+                           and CAPTURE_DIR not in p.relative_to(path).parts[:-1])
             if not found:
                 raise TraceError(
                     f"{path}: folder holds no trace files (*.json or *.json.gz); "
@@ -89,7 +91,8 @@ def _is_trace_name(name: str) -> bool:
 
 
 def load_rank(path: Path, progress: Callable[[int, int], None] | None = None, jobs: int = 1,
-              meanwhile: Callable[[], None] | None = None) -> RankTrace:
+              meanwhile: Callable[[], None] | None = None,
+              graph_capture: Sequence[Path] | None = None) -> RankTrace:
     """Read, tabulate and link one trace file.
 
     Clean files are parsed in chunks (:mod:`bwdiag.trace.stream`), so the full list of event dicts
@@ -98,6 +101,10 @@ def load_rank(path: Path, progress: Callable[[int, int], None] | None = None, jo
     With ``jobs`` > 1 a big file's chunks are parsed by that many processes (``jobs`` − 1 workers
     and this one), and ``meanwhile()`` (if given) is called once while the workers have chunks
     queued: the caller's own work runs in parallel with the parse.
+
+    Kernels replayed from a CUDA/HIP graph are aligned with the capture-time trace
+    (:mod:`bwdiag.trace.graphs`): ``graph_capture`` files if given, else those in a
+    ``capture_traces/`` folder beside ``path``.
     """
     from bwdiag.trace.link import link
 
@@ -133,6 +140,7 @@ def load_rank(path: Path, progress: Callable[[int, int], None] | None = None, jo
             f"{path.name}: {stats.orphans_dropped:,} GPU activities ({stats.orphans_dropped_us / 1e3:,.2f} ms) "
             "ran before the first recorded launch (spill-over from before the profiling window); excluded"
         )
+    stats = _align_graph_replays(path, tables, stats, graph_capture, warnings)
     _warn_unlinked(path, tables, warnings)
     rank = _rank_of(path, metadata, warnings)
     capture = metadata.get("bwdiag")
@@ -217,13 +225,45 @@ def _refuse_unusable(path: Path, n_events: int, tables: EventTables) -> None:
     )
 
 
+def _align_graph_replays(path: Path, tables: EventTables, stats: LinkStats,
+                         graph_capture: Sequence[Path] | None, warnings: list[str]) -> LinkStats:
+    """Price graph replays from the capture-time trace; warn (once) about the replays left unpriced."""
+    from bwdiag.trace import graphs
+
+    if not graphs.has_graph_replays(tables):
+        return stats
+    files = list(graph_capture) if graph_capture else graphs.captures_beside(path)
+    captures = []
+    for f in files:
+        try:
+            captures.append(graphs.load_capture(f))
+        except TraceError as err:
+            if graph_capture:
+                raise
+            warnings.append(f"{path.name}: capture trace {f} is unreadable, not used ({err})")
+    align = graphs.align_replays(tables, captures)
+    warnings.extend(graphs.replay_warnings(path, tables, align, files))
+    warnings.extend(graphs.ambiguity_warning(path, align))
+    if not align.aligned_kernels:
+        return stats
+    from dataclasses import replace
+
+    gpu = tables.gpu
+    total = float(gpu["dur"].sum())
+    linked = float(gpu.loc[gpu["op"] >= 0, "dur"].sum())
+    return replace(stats, linked_pct=100.0 * linked / total if total else 0.0)
+
+
 def _warn_unlinked(path: Path, tables: EventTables, warnings: list[str]) -> None:
+    """Warn about kernels with no launching op (graph replays have their own warning)."""
+    from bwdiag.trace.link import GRAPH_LAUNCH_NAMES
+
     gpu = tables.gpu
     if gpu.empty or "op" not in gpu:
         return
     kernels = gpu[gpu["kind"] == "kernel"]
     total = float(kernels["dur"].sum())
-    unlinked = kernels[kernels["op"] < 0]
+    unlinked = kernels[(kernels["op"] < 0) & ~kernels["launch_name"].isin(GRAPH_LAUNCH_NAMES)]
     lost = float(unlinked["dur"].sum())
     if total <= 0 or 100.0 * lost / total <= UNLINKED_WARN_PCT:
         return
@@ -299,7 +339,8 @@ def default_jobs(n_files: int) -> int:
 
 
 def load_traces(paths: Iterable[str | Path], *, progress=None, file_progress=None,
-                jobs: int | None = None, meanwhile: Callable[[], None] | None = None
+                jobs: int | None = None, meanwhile: Callable[[], None] | None = None,
+                graph_capture: Sequence[str | Path] | None = None,
                 ) -> tuple[list[RankTrace], list[str]]:
     """Load every trace under ``paths``; one bad rank file among good ones is skipped with a warning.
 
@@ -311,11 +352,16 @@ def load_traces(paths: Iterable[str | Path], *, progress=None, file_progress=Non
     its analysis modules there).
     """
     files = find_trace_files(list(paths))
+    captures = None
+    if graph_capture:
+        from bwdiag.trace.graphs import capture_files
+
+        captures = capture_files(list(graph_capture))
     jobs = default_jobs(len(files)) if jobs is None else max(1, min(jobs, len(files)) if len(files) > 1 else jobs)
     traces: list[RankTrace] = []
     warnings: list[str] = []
     errors: list[str] = []
-    for f, result in zip(files, _load_all(files, jobs, file_progress, meanwhile)):
+    for f, result in zip(files, _load_all(files, jobs, file_progress, meanwhile, captures)):
         if isinstance(result, TraceError):
             if len(files) == 1:
                 raise result
@@ -333,21 +379,28 @@ def load_traces(paths: Iterable[str | Path], *, progress=None, file_progress=Non
     return sorted(traces, key=lambda t: t.rank), warnings
 
 
-def _load_or_error(path: Path, file_progress=None, jobs: int = 1, meanwhile=None) -> RankTrace | TraceError:
+def _load_or_error(path: Path, file_progress=None, jobs: int = 1, meanwhile=None,
+                   captures=None) -> RankTrace | TraceError:
     try:
-        return load_rank(path, file_progress, jobs, meanwhile)
+        return load_rank(path, file_progress, jobs, meanwhile, graph_capture=captures)
     except TraceError as err:
         return err
 
 
-def _load_all(files: list[Path], jobs: int, file_progress, meanwhile=None) -> Iterable[RankTrace | TraceError]:
+def _with(captures) -> dict:
+    """``captures`` as a keyword argument only when given (the common call stays ``(path)``)."""
+    return {"captures": captures} if captures else {}
+
+
+def _load_all(files: list[Path], jobs: int, file_progress, meanwhile=None,
+              captures=None) -> Iterable[RankTrace | TraceError]:
     """Each file's RankTrace (or its TraceError), in order; in worker processes when ``jobs`` > 1."""
     if len(files) == 1:  # one file: its chunks may still be parsed in parallel
-        yield _load_or_error(files[0], file_progress, jobs, meanwhile)
+        yield _load_or_error(files[0], file_progress, jobs, meanwhile, captures)
         return
     if jobs <= 1 or not forkable():
         for f in files:
-            yield _load_or_error(f)
+            yield _load_or_error(f, **_with(captures))
         return
     # Whole ranks load in the workers, tables and linking included: import pandas (and whatever the
     # caller will need) before forking them, so they inherit it instead of importing it one by one.
@@ -361,7 +414,7 @@ def _load_all(files: list[Path], jobs: int, file_progress, meanwhile=None) -> It
         futures = []
         for f in files:  # all submitted before any wait
             try:
-                futures.append(pool.submit(_load_or_error, f))
+                futures.append(pool.submit(_load_or_error, f, **_with(captures)))
             except BrokenExecutor:
                 futures.append(None)
         for f, fut in zip(files, futures):
@@ -371,7 +424,7 @@ def _load_all(files: list[Path], jobs: int, file_progress, meanwhile=None) -> It
                     continue
             except BrokenExecutor:  # a worker died (killed for memory?): load the rest here, one by one
                 pass
-            yield _load_or_error(f)
+            yield _load_or_error(f, **_with(captures))
 
 
 def _assign_ranks(traces: list[RankTrace], warnings: list[str]) -> None:
