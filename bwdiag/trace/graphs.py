@@ -35,7 +35,7 @@ import pandas as pd
 from bwdiag.errors import TraceError
 from bwdiag.trace.events import EventTables, Tabulator
 from bwdiag.trace.link import GRAPH_LAUNCH_NAMES, _enclosing, link, thread_indexes
-from bwdiag.trace.read import read_trace_file
+from bwdiag.trace.read import expand_trace_paths, read_trace_file
 
 #: The folder vLLM writes capture-time traces into, beside the execution trace.
 CAPTURE_DIR = "capture_traces"
@@ -95,19 +95,8 @@ class AlignStats:
 
 def capture_files(paths: Sequence[str | Path]) -> list[Path]:
     """The capture trace files among ``paths`` (files, or folders searched for trace files)."""
-    out: list[Path] = []
-    for raw in paths:
-        p = Path(raw)
-        if not p.exists():
-            raise TraceError(f"{p}: no such graph-capture trace or folder")
-        if p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith((".json", ".json.gz")))
-            if not found:
-                raise TraceError(f"{p}: folder holds no capture traces (*.json or *.json.gz)")
-            out.extend(found)
-        else:
-            out.append(p)
-    return out
+    return expand_trace_paths(paths, missing="no such graph-capture trace or folder",
+                              empty="folder holds no capture traces (*.json or *.json.gz)")
 
 
 def captures_beside(trace: Path) -> list[Path]:

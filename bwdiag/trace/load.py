@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from bwdiag.errors import TraceError
 from bwdiag.trace.events import EventTables, Tabulator
-from bwdiag.trace.read import read_trace_file
+from bwdiag.trace.graphs import CAPTURE_DIR
+from bwdiag.trace.read import expand_trace_paths, read_trace_file
 from bwdiag.trace.salvage import sanitize_args
 from bwdiag.trace.stream import CutRejected, NotStreamable, paused_gc, stream_events
 
@@ -22,8 +23,6 @@ if TYPE_CHECKING:
 # This module imports no pandas: a single big file's chunks are parsed by worker processes forked
 # before the caller imports its analysis (``meanwhile``), so neither side waits for the other.
 
-TRACE_SUFFIXES = (".json", ".json.gz")
-CAPTURE_DIR = "capture_traces"  # vLLM's graph-capture traces: used to price replays, not ranks
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
@@ -66,28 +65,12 @@ class RankTrace:
 
 
 def find_trace_files(paths: Sequence[str | Path]) -> list[Path]:
-    """Expand folders into their trace files (sorted); refuse paths that are missing or hold none."""
-    files: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if not path.exists():
-            raise TraceError(f"{path}: no such file or folder")
-        if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and _is_trace_name(p.name)
-                           and CAPTURE_DIR not in p.relative_to(path).parts[:-1])
-            if not found:
-                raise TraceError(
-                    f"{path}: folder holds no trace files (*.json or *.json.gz); "
-                    "point at the folder torch.profiler's tensorboard_trace_handler wrote"
-                )
-            files.extend(found)
-        else:
-            files.append(path)
-    return files
-
-
-def _is_trace_name(name: str) -> bool:
-    return name.endswith(TRACE_SUFFIXES) and name not in ("diagnosis.json",)
+    """Expand folders into their trace files (sorted); refuse paths that are missing or hold none.
+    Graph-capture traces (a ``capture_traces/`` sub-folder) price replays: they are not ranks."""
+    return expand_trace_paths(
+        paths, missing="no such file or folder", skip_dir=CAPTURE_DIR,
+        empty="folder holds no trace files (*.json or *.json.gz); "
+              "point at the folder torch.profiler's tensorboard_trace_handler wrote")
 
 
 def load_rank(path: Path, progress: Callable[[int, int], None] | None = None, jobs: int = 1,
