@@ -35,10 +35,9 @@ import pandas as pd
 from bwdiag.errors import TraceError
 from bwdiag.trace.events import EventTables, Tabulator
 from bwdiag.trace.link import GRAPH_LAUNCH_NAMES, _enclosing, link, thread_indexes
-from bwdiag.trace.read import expand_trace_paths, read_trace_file
+from bwdiag.trace.read import CAPTURE_DIR, expand_trace_paths, read_trace_file
 
 #: The folder vLLM writes capture-time traces into, beside the execution trace.
-CAPTURE_DIR = "capture_traces"
 
 #: How to get a capture trace, for the warning when replays have none.
 HOW_TO_CAPTURE = (

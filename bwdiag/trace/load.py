@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from bwdiag.errors import TraceError
 from bwdiag.trace.events import EventTables, Tabulator
-from bwdiag.trace.graphs import CAPTURE_DIR
+from bwdiag.trace.read import CAPTURE_DIR
 from bwdiag.trace.read import expand_trace_paths, read_trace_file
 from bwdiag.trace.salvage import sanitize_args
 from bwdiag.trace.stream import CutRejected, NotStreamable, paused_gc, stream_events

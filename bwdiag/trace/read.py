@@ -247,6 +247,8 @@ def _clean(data: bytes) -> tuple[bytes, list[str]]:
 
 #: File endings of trace files; ``diagnosis.json`` (bwdiag's own output) is never one.
 TRACE_SUFFIXES = (".json", ".json.gz")
+# Folder beside a trace that holds its CUDA-graph capture-time traces (see bwdiag.trace.graphs).
+CAPTURE_DIR = "capture_traces"
 
 
 def expand_trace_paths(paths, *, missing: str, empty: str, skip_dir: str | None = None) -> list[Path]:
