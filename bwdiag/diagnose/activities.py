@@ -25,6 +25,7 @@ from bwdiag.costs import Category, Cost, categorize_kernel, estimate_op, memcpy_
 from bwdiag.costs.conv_context import complete_conv_costs
 from bwdiag.costs.transfers import LaunchOp, has_bytes
 from bwdiag.costs.dtypes import dtype_bytes
+from bwdiag.diagnose import compiled
 from bwdiag.diagnose.tensor_units import matrix_unit
 from bwdiag.trace import RankTrace
 
@@ -166,16 +167,33 @@ def cpu_activities(trace: RankTrace) -> pd.DataFrame:
     children: dict[int, list[int]] = {}
     for idx, parent in zip(cpu.index, cpu["parent"]):
         children.setdefault(int(parent), []).append(idx)
+    container = set(cpu.index[compiled.is_container(cpu["name"])].tolist())
+    compiling = set(cpu.index[compiled.is_compile(cpu["name"])].tolist())
     work: list[int] = []
-    stack = list(reversed(children.get(-1, [])))
+    roots: list[int] = []  # outermost compiled regions
+    in_root: dict[int, int] = {}  # work op -> the compiled region it ran in
+    skipped: dict[int, list[int]] = {}  # region -> compilation spans inside it
+    stack = [(i, -1) for i in reversed(children.get(-1, []))]
     while stack:
-        idx = stack.pop()
+        idx, root = stack.pop()
+        if idx in compiling:  # torch.compile compiling: fake-tensor tracing, not the model's work
+            if root >= 0:
+                skipped.setdefault(root, []).append(idx)
+            continue
         kids = children.get(idx)
+        if idx in container:  # a compiled region is opened up; what it did not record is booked below
+            if root < 0:
+                root = idx
+                roots.append(idx)
+            stack.extend((k, root) for k in reversed(kids or []))
+            continue
         cost = costs[idx]
         if not kids or cost.flops is not None or cost.bytes is not None:
             work.append(idx)
+            if root >= 0:
+                in_root[idx] = root
         else:
-            stack.extend(reversed(kids))
+            stack.extend((k, root) for k in reversed(kids))
     leaf = cpu.loc[sorted(work)]
     if len(gloo):  # the enqueueing c10d ops would count the same collective twice
         leaf = leaf[~leaf["name"].str.startswith("c10d::")]
@@ -185,12 +203,21 @@ def cpu_activities(trace: RankTrace) -> pd.DataFrame:
             leaf.index, leaf["name"], leaf["ts"], leaf["dur"], leaf["end"], leaf["tid"], leaf["module"], shapes,
             leaf["args"]):
         cost = costs[idx]
+        kind, category = "cpu_op", cost.category
+        if idx in in_root:  # inside a compiled region (Inductor's extern calls, its profiled kernels)
+            kind = compiled.COMPILED_KIND
+            if category is Category.OTHER and cost.flops is None and cost.bytes is None:
+                category = categorize_kernel(name)  # graph_0_cpp_fused_relu_0 -> elementwise
         rows.append(
-            (name, "cpu_op", ts, dur, end, tid, None, idx, name,
-             shape, module, cost.category.value, cost.dtype, cost.tensor,
+            (name, kind, ts, dur, end, tid, None, idx, name,
+             shape, module, category.value, cost.dtype, cost.tensor,
              np.nan if cost.flops is None else cost.flops, np.nan if cost.bytes is None else cost.bytes,
              False, "self", args, np.nan, np.nan)
         )
+    by_root: dict[int, list[int]] = {}
+    for idx, root in in_root.items():
+        by_root.setdefault(root, []).append(idx)
+    rows.extend(compiled.residual_rows(ops, roots, by_root, skipped))
     for (idx, op), shape in zip(gloo.iterrows(), _shapes_of(ops, gloo.index.to_numpy())):
         rows.append(
             (op["name"], "cpu_op", op["ts"], op["dur"], op["end"], op["tid"], None, idx, op["name"],

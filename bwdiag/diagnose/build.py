@@ -13,6 +13,7 @@ import pandas as pd
 from bwdiag.diagnose import uncovered
 from bwdiag.diagnose.activities import _op_costs, cpu_activities, gpu_activities
 from bwdiag.diagnose.communication import annotate_messages, collective_rows, fit_latency_bandwidth, with_regimes
+from bwdiag.diagnose.compiled import compiled_facts
 from bwdiag.diagnose.idle import idle_breakdown
 from bwdiag.diagnose.launch import launch_stats
 from bwdiag.diagnose.ranks import straggler
@@ -45,6 +46,7 @@ class RankAnalysis:
     idle: dict | None = None  # idle.idle_breakdown (GPU ranks)
     above_roof: dict | None = None  # ceiling label → groups measured above their roof (kernels.flag_above_roof)
     launch: dict | None = None  # launch.launch_stats (GPU ranks)
+    compiled: dict | None = None  # compiled.compiled_facts (CPU ranks with torch.compile regions)
 
 
 def analyze_rank(trace: RankTrace, spec: DeviceSpec) -> RankAnalysis:
@@ -57,6 +59,8 @@ def analyze_rank(trace: RankTrace, spec: DeviceSpec) -> RankAnalysis:
     bounds = groups["bound"].reindex(acts["group"]).to_numpy(dtype=object) if len(acts) else np.array([], dtype=object)
     acts["bound"] = bounds
     analysis = RankAnalysis(trace, acts, groups, rank_time(acts, bounds), above_roof=above)
+    if not trace.is_gpu:
+        analysis.compiled = compiled_facts(trace.ops, acts)
     if trace.is_gpu:
         analysis.idle = idle_breakdown(trace, acts)
         analysis.launch = launch_stats(acts, analysis.time.window_us, analysis.idle["host_wait_us"])
@@ -79,6 +83,7 @@ def diagnose(traces: Sequence[RankTrace], *, device_spec: Path | None = None,
                         f"spec_source '{spec.spec_source.value}')")
     analyses = [analyze_rank(t, spec) for t in traces]
     warnings.extend(_above_roof_warnings(analyses))
+    warnings.extend(_compiled_warnings(analyses))
 
     kernels, collectives, ranks = [], [], []
     for a in analyses:
@@ -92,6 +97,9 @@ def diagnose(traces: Sequence[RankTrace], *, device_spec: Path | None = None,
     fits = fit_latency_bandwidth(collectives)
     collectives = with_regimes(collectives, fits)
     extras = _timeline_extras(analyses, fits)
+    compiled = [a.compiled for a in analyses if a.compiled]
+    if compiled:
+        extras["compiled"] = _mean_dict(compiled)
     spans = _step_spans(analyses)
     if spans:
         extras["step_durations_us"] = dict(zip(spans[0].step_ids, spans[0].durations_us))
@@ -130,6 +138,35 @@ def _above_roof_warnings(analyses: list[RankAnalysis]) -> list[str]:
         for label, n in (a.above_roof or {}).items():
             counts[label] = counts.get(label, 0) + n
     return [f"{n} {_ABOVE_ROOF_WHY[label]}" for label, n in counts.items() if label in _ABOVE_ROOF_WHY]
+
+
+def _compiled_warnings(analyses: list[RankAnalysis]) -> list[str]:
+    facts = [a.compiled for a in analyses if a.compiled]
+    if not facts:
+        return []
+    n = len(analyses)
+    out = []
+    resid = sum(f["residual_us"] for f in facts) / n
+    if resid > 0:
+        est = sum(f["residual_estimated_us"] for f in facts) / n
+        out.append(
+            f"torch.compile: {_ms(resid)} of compiled-region time ran no recorded op (Inductor's fused C++ "
+            f"loops, Dynamo/AOT wrappers) and is counted as busy CPU time; "
+            + (f"{_ms(est)} of it is priced by the graph inputs' bytes, read once (a floor: outputs and saved "
+               f"tensors are not recorded), the rest has no estimate" if est > 0 else
+               "it has no cost estimate (no shapes recorded for it: without autograd no CompiledFunction op carries "
+               "the graph inputs; torch._inductor.config.cpp.enable_kernel_profile = True names its kernels)"))
+    comp = sum(f["compile_us"] for f in facts) / n
+    if comp > 0:
+        out.append(
+            f"torch.compile compiled during the trace: {_ms(comp)} of Dynamo/Inductor compilation is not counted "
+            f"as work (its aten ops run on fake tensors), and the first compiled calls after it run slower than "
+            f"the steady state: profile after a warm-up (`bwdiag run --wait N`)")
+    return out
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1e3:.1f} ms" if us < 1e6 else f"{us / 1e6:.2f} s"
 
 
 def _timeline_extras(analyses: list[RankAnalysis], fits: dict[str, dict]) -> dict:

@@ -5,7 +5,8 @@ cast / reduction / softmax / dropout kernels (or leaf CPU ops) on the same strea
 byte estimate, each reading a tensor the size of what the one before wrote (traces record shapes,
 not tensor identities: this is the dataflow test they allow). Anything else on that stream — a GEMM, a copy,
 a collective, a memcpy, a kernel without shapes — ends the run. View and allocation ops
-(``aten::view``, ``aten::empty`` …) move no data and do not end it.
+(``aten::view``, ``aten::empty`` …) move no data and do not end it. Runs over tiny tensors (every
+intermediate under ``MIN_INTERMEDIATE_BYTES``) are not reported: there is no traffic to save.
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ NO_DATA_OPS = re.compile(
     r"transpose|permute|expand|expand_as|view_as|unsqueeze|squeeze|slice|select|detach|alias|resize_|"
     r"lift_fresh|result_type|split|chunk|unbind|narrow|numpy_T|contiguous)$"
 )
+
+#: A run whose largest intermediate is under this many bytes is not a memory-traffic problem: tensors
+#: this small (a 1-element step counter, a scalar loss) stay in L1, and fusing them would save
+#: dispatch or launches, not bytes — the bandwidth model of a fusion saving says nothing about them.
+MIN_INTERMEDIATE_BYTES = 4096
 
 #: Kernels a compiler already produced (fusing them again is not advice).
 COMPILED = re.compile(r"^triton_|fused_|_fused|cutlass|__nv_", re.I)
@@ -122,7 +128,7 @@ def _close(rows: list[int], cols: dict, ops: pd.DataFrame, runs: list[Run], min_
     if len(per_op) < min_kernels or len({cols["op_name"][r] for r in rows}) < 2:
         return  # one op repeated over many tensors is side-by-side work, not a dataflow chain
     outs = [output_bytes(ops, op, b) for op, b in per_op.items()]
-    if any(o is None for o in outs):
+    if any(o is None for o in outs) or max(outs[:-1]) < MIN_INTERMEDIATE_BYTES:
         return
     total = sum(per_op.values())
     first_in = next(iter(per_op.values())) - outs[0]
