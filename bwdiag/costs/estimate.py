@@ -59,6 +59,15 @@ scatter_reduce scatter_reduce_ index_add index_add_ index_copy index_copy_ index
 index_reduce index_reduce_""".split())
 DROPOUT_OPS = frozenset({"aten::native_dropout", "aten::dropout", "aten::feature_dropout", "aten::_fused_dropout"})
 SCALAR_READ_OPS = frozenset({"aten::_local_scalar_dense", "aten::item", "aten::is_nonzero"})
+# Ops that only make a new tensor header over the same storage (views, aliases, autograd detach) or
+# bookkeep the caching allocator: they move no data and compute nothing, whatever their shapes.
+# On CPU traces they are leaf ops with dispatch time of their own; they launch no kernel on a GPU.
+_METADATA = """view _reshape_alias as_strided slice select detach detach_ t transpose permute expand expand_as
+unsqueeze squeeze unsqueeze_ squeeze_ transpose_ t_ alias _unsafe_view view_as narrow unflatten
+split split_with_sizes chunk unbind tensor_split movedim swapaxes swapdims diagonal unfold
+record_stream set_ resolve_conj resolve_neg lift_fresh _nested_view_from_buffer as_strided_ real imag
+view_as_real view_as_complex numpy_T mT mH _indices _values indices values crow_indices col_indices""".split()
+METADATA_OPS = frozenset(["aten::" + n for n in _METADATA] + ["detach"])
 FUSED_OPTIMIZER_OPS = frozenset("aten::" + n for n in """_fused_adam_ _fused_adamw_ _fused_adam _fused_adamw
 _fused_sgd_ _fused_sgd _fused_adagrad_ _fused_adagrad""".split())
 
@@ -91,6 +100,8 @@ def _dispatch(a: OpArgs, category: Category) -> Cost:
     n = a.name
     if n in custom.CUSTOM:
         return custom.CUSTOM[n](a)
+    if n in METADATA_OPS:
+        return Cost(0.0, 0.0, bwdiag_dtype(a.type(0)), Category.OTHER, False, "a view or alias: no data moved")
     if not a.dims and n not in FACTORY_OPS:
         return unknown(category, f"{n}: shapes not recorded (record_shapes=False?)")
     schemas = _overloads(n)

@@ -84,6 +84,9 @@ def place(
     if flops is None and bytes_ is None:
         return Placement(None, UNKNOWN_CEILING, None, None, Bound.UNKNOWN, None, None, None,
                          peak / bandwidth if peak else None, label, peak, bandwidth)
+    if flops == 0 and bytes_ == 0:  # known to do no work (a view): all its time is overhead
+        return Placement(None, CPU_LATENCY_CEILING if spec.kind == "cpu" else GPU_LATENCY_CEILING, None, None,
+                         Bound.LATENCY, 0.0, 0.0, None, peak / bandwidth if peak else None, label, peak, bandwidth)
     if flops is not None and peak is None:
         flops_for_roof = None  # no compute roof for this dtype: place on memory alone
         if not bytes_:
