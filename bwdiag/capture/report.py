@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import inspect
 import io
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,15 +31,7 @@ def summary_text(diagnosis: Any, outputs: dict[str, Path] | None = None) -> str:
     from bwdiag import pipeline
 
     buffer = io.StringIO()
-    if "file" in inspect.signature(pipeline.print_summary).parameters:
-        pipeline.print_summary(diagnosis, outputs, file=buffer)
-        return buffer.getvalue()
-    saved = sys.stderr  # an older print_summary that always writes to sys.stderr
-    sys.stderr = buffer
-    try:
-        pipeline.print_summary(diagnosis, outputs)
-    finally:
-        sys.stderr = saved
+    pipeline.print_summary(diagnosis, outputs, file=buffer)
     return buffer.getvalue()
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -44,14 +43,9 @@ class DiagnosisView:
 
     def to_html(self) -> str:
         """The self-contained HTML report, rendered by the same code as ``bwdiag analyze``."""
-        html = self.paths.get("html")
-        if html is not None and Path(html).exists():
-            return Path(html).read_text(encoding="utf-8")
-        from bwdiag import pipeline
+        from bwdiag.report.html import render_html
 
-        with tempfile.TemporaryDirectory(prefix="bwdiag-html-") as tmp:
-            outputs = pipeline.write_outputs(self.raw, Path(tmp), force=True)
-            return Path(outputs["html"]).read_text(encoding="utf-8")
+        return render_html(self.raw)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``diagnosis.json`` object."""
