@@ -153,8 +153,16 @@ class StepMarkers:
                 "mark steps another way (--step-on optimizer|forward|module:NAME|label:NAME)"
             )
         self._old_alarm = current
-        signal.signal(signal.SIGALRM, lambda signum, frame: self.on_boundary(1))
-        signal.setitimer(signal.ITIMER_REAL, seconds, seconds)
+        signal.signal(signal.SIGALRM, self._on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+
+    def _on_alarm(self, signum: int, frame: Any) -> None:
+        """One tick is one step boundary. The timer is one-shot and re-armed after the boundary's
+        own work (starting or stepping the profiler, which can take longer than the interval on a
+        loaded host), so every step spans at least the interval and no tick lands inside that work."""
+        self.on_boundary(1)
+        if self._old_alarm is not None:  # not removed by the boundary (window over)
+            signal.setitimer(signal.ITIMER_REAL, self.marker.seconds)
 
 
 class _TopModuleWatch:

@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import os
 import platform
+import socket
 import sys
 from typing import Any
 
 from bwdiag import __version__
+from bwdiag.hardware.calibrate import CACHE_SCHEMA, cache_path, device_identity
 
 #: How module forwards are marked in the trace (see bwdiag.capture.annotate).
 MODULE_ANNOTATIONS = (
@@ -64,8 +66,6 @@ def _cpu_name() -> str:
 
 def host_facts() -> dict[str, Any]:
     """``{hostname, cpu, cores}`` of the machine capturing (see bwdiag.hardware.host)."""
-    import socket
-
     try:
         hostname = socket.gethostname() or None
     except OSError:
@@ -80,8 +80,6 @@ def calibrated_ceilings(device: dict[str, Any]) -> dict[str, Any] | None:
     None when there is no calibration of this device, or its file cannot be read (a capture never
     fails over a cache file; ``bwdiag analyze`` reports an unusable one).
     """
-    from bwdiag.hardware.calibrate import CACHE_SCHEMA, cache_path, device_identity
-
     spec = "cpu" if device["kind"] == "cpu" else f"cuda:{device.get('index', 0)}"
     try:
         identity = device_identity(spec)

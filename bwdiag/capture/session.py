@@ -95,7 +95,16 @@ class CaptureSession:
         self._boundary(1)
 
     def finish(self, ended: str = "ended") -> CaptureResult:
-        """The script or block is over (``ended`` says how): finish the trace with what was captured."""
+        """The script or block is over (``ended`` says how): finish the trace with what was captured.
+
+        Step markers go first: a ``time:`` marker's SIGALRM would otherwise run a step boundary in
+        the middle of this method (closing the profiler twice, importing half-imported modules), and
+        ``_busy`` stays set so that a tick already delivered does nothing either.
+        """
+        self._busy = True
+        if self._markers is not None:
+            self._markers.remove()
+            self._markers = None
         if self.phase is Phase.WAITING:
             if self._torch is None:
                 self.note = "the script ended without importing torch: nothing was recorded"
