@@ -121,12 +121,14 @@ def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | N
             open_report: bool, graph_capture: tuple[Path, ...]) -> None:
     """Diagnose saved torch.profiler traces: files (.json / .json.gz) or folders of rank files."""
     from bwdiag import pipeline
+    from bwdiag.interrupts import ends_cleanly_when_interrupted
 
     out_dir = out_dir or _default_out(traces)
     pipeline.check_output_dir(out_dir, force=force)  # fail before the (long) analysis
-    diagnosis = pipeline.analyze(traces, device_spec=device_spec, progress=sys.stderr.isatty(),
-                                 graph_capture=graph_capture or None)
-    outputs = pipeline.write_outputs(diagnosis, out_dir, force=True)
+    with ends_cleanly_when_interrupted():
+        diagnosis = pipeline.analyze(traces, device_spec=device_spec, progress=sys.stderr.isatty(),
+                                     graph_capture=graph_capture or None)
+        outputs = pipeline.write_outputs(diagnosis, out_dir, force=True)
     pipeline.print_summary(diagnosis, outputs)
     if open_report:
         from bwdiag.report.files import open_in_browser

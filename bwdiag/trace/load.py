@@ -14,6 +14,8 @@ from bwdiag.trace.read import CAPTURE_DIR
 from bwdiag.trace.read import expand_trace_paths, read_trace_file
 from bwdiag.trace.salvage import sanitize_args
 from bwdiag.trace.stream import CutRejected, NotStreamable, paused_gc, stream_events
+from bwdiag.trace.workers import forkable
+from bwdiag.trace.workers import start_pool as _pool
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -148,43 +150,6 @@ def _stream(path: Path, tab: Tabulator, progress, jobs: int, meanwhile=None) -> 
     with _pool(jobs - 1) as pool:  # this process parses chunks too (stream_events steals queued ones)
         return stream_events(path, tab.add, progress=progress, executor=pool, merge=tab.merge,
                              meanwhile=meanwhile)
-
-
-def forkable() -> bool:
-    """Whether worker processes may be forked from this process.
-
-    Not once torch is loaded here: ``bwdiag run`` and ``bwdiag.profile`` analyse in the process that
-    ran the user's script, where torch's OpenMP pool and CUDA's threads may hold locks that a forked
-    child would inherit locked (fork copies only the calling thread), and CUDA is not fork-safe.
-    Those captures load in this process, one file after another. (numpy's OpenBLAS threads, present
-    in ``bwdiag analyze`` once the analysis is imported, are fork-safe: OpenBLAS registers fork
-    handlers.) Spawned workers are no alternative: they would re-import the user's script as
-    ``__main__``.
-    """
-    import multiprocessing
-    import sys
-
-    return "fork" in multiprocessing.get_all_start_methods() and "torch" not in sys.modules
-
-
-def _pool(jobs: int):
-    import gc
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    # gc.freeze in each forked worker: the collector then never walks the objects inherited from the
-    # parent, which would copy their pages into the worker (and cost time on every collection).
-    pool = ProcessPoolExecutor(max_workers=jobs, initializer=gc.freeze,
-                               mp_context=multiprocessing.get_context("fork"))
-    # When a worker dies (killed for memory) while a 1 MB chunk is being written to it, the queue's
-    # feeder thread can stay blocked on that pipe for good (any process forked later holds its read
-    # end), and Python would wait for that thread at exit: the process would never end. Results all
-    # come back through their futures, so nothing needs that join (CPython's ProcessPoolExecutor
-    # has no public switch for it; _call_queue is its queue of work for the workers).
-    call_queue = getattr(pool, "_call_queue", None)
-    if call_queue is not None:
-        call_queue.cancel_join_thread()
-    return pool
 
 
 #: Share of kernel time not linked to an op above which loading warns.
