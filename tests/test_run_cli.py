@@ -154,6 +154,19 @@ def test_module_mode_matches_python_dash_m(tmp_path: Path) -> None:
     assert raised.stderr.splitlines()[-1] == "ValueError: boom x"
 
 
+@pytest.mark.parametrize("name", ["no.such.module", "nosuch", "pkg.missing", "pkg"])
+def test_a_module_that_cannot_run_gets_pythons_one_line(tmp_path: Path, name: str) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")  # a package without __main__
+    plain = _run([sys.executable, "-m", name], tmp_path)
+    ours = _run([sys.executable, "-m", "bwdiag", "run", "-m", name], tmp_path)
+    assert plain.returncode == ours.returncode == 1
+    assert ours.stderr == plain.stderr and len(plain.stderr.splitlines()) == 1
+    assert ours.stdout == plain.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pkg"]  # no output folder left
+
+
 def test_unwritable_output_fails_before_the_script_starts(tmp_path: Path) -> None:
     marker = tmp_path / "script-ran"
     (tmp_path / "s.py").write_text(f"open({str(marker)!r}, 'w').close()\n")

@@ -34,7 +34,7 @@ from bwdiag.capture.folder import (
 )
 from bwdiag.capture.options import DEFAULT_RANK_TIMEOUT_S, CaptureOptions
 from bwdiag.capture.report import analyze_traces, print_summary_prefixed
-from bwdiag.capture.runner import Target, check_target, ending_of, run_with
+from bwdiag.capture.runner import ModuleNotRunnable, Target, check_target, ending_of, run_with
 from bwdiag.capture.session import CaptureResult, CaptureSession
 from bwdiag.capture.torch_import import when_imported
 from bwdiag.errors import BwdiagError, OutputError
@@ -89,6 +89,10 @@ def run(target: Target, args: Sequence[str], config: RunConfig, *, argv: Sequenc
 
     def after(exc: BaseException | None) -> None:
         cancel[0]()
+        if isinstance(exc, ModuleNotRunnable):  # nothing ran: Python's one line is all there is to say
+            session.finish(ending_of(exc))
+            _remove_if_empty(out, created, quiet=True)
+            return
         try:
             result = session.finish(ending_of(exc))
             if result.note:
@@ -109,7 +113,7 @@ def run(target: Target, args: Sequence[str], config: RunConfig, *, argv: Sequenc
     run_with(target, args, before=before, after=after)
 
 
-def _remove_if_empty(out: Path, created: bool) -> None:
+def _remove_if_empty(out: Path, created: bool, *, quiet: bool = False) -> None:
     """Nothing was recorded: leave no empty folder behind (only one this run created)."""
     (out / done_marker_name(0)).unlink(missing_ok=True)
     if created:
@@ -117,7 +121,8 @@ def _remove_if_empty(out: Path, created: bool) -> None:
             out.rmdir()
         except OSError:
             return  # not empty: the script or the user put something there
-        say_line("no output folder written")
+        if not quiet:
+            say_line("no output folder written")
 
 
 def _env_ranks() -> tuple[int, int, int]:

@@ -58,6 +58,7 @@ def execute(target: Target, args: Sequence[str]) -> None:
     sys.argv = [target.name, *args]
     if target.is_module:
         _set_path0(os.getcwd())
+        _find_module(target.name)
         runpy.run_module(target.name, run_name="__main__", alter_sys=True)
         return
     path = os.path.abspath(target.name)
@@ -100,6 +101,32 @@ def _set_path0(entry: str) -> None:
         sys.path[0] = entry
     else:
         sys.path.insert(0, entry)
+
+
+class ModuleNotRunnable(SystemExit):
+    """``-m NAME`` names no runnable module: Python's one-line message and exit status 1."""
+
+
+def _find_module(name: str) -> None:
+    """Refuse ``name`` as ``python -m`` does, in its words, before any of the module runs (parent
+    packages are imported to find it, as Python does)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError) as err:
+        raise ModuleNotRunnable(f"{sys.executable}: Error while finding module specification for {name!r} "
+                                f"({type(err).__name__}: {err})") from None
+    if spec is None:
+        raise ModuleNotRunnable(f"{sys.executable}: No module named {name}")
+    if spec.submodule_search_locations is not None:  # a package runs its __main__
+        try:
+            main = importlib.util.find_spec(f"{name}.__main__")
+        except ImportError:
+            main = None
+        if main is None:
+            raise ModuleNotRunnable(f"{sys.executable}: No module named {name}.__main__; {name!r} is a "
+                                    "package and cannot be directly executed")
 
 
 def _source_loader(path: str):
