@@ -22,3 +22,10 @@ class OutputError(BwdiagError):
 
 class DeviceSpecError(BwdiagError):
     """A device spec override that cannot be used."""
+
+
+class NoDiagnosis(BwdiagError, AttributeError):
+    """``prof.diagnosis`` read where there is none; the message says why and what to change.
+
+    Also an AttributeError, so ``getattr(prof, "diagnosis", None)`` and ``hasattr`` keep working.
+    """

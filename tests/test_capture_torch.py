@@ -302,7 +302,7 @@ def test_interrupt_inside_window_saves_what_was_captured(tmp_path: Path) -> None
             raise KeyboardInterrupt
     trace, _ = _load(tmp_path / "ki" / "rank0.pt.trace.json.gz")
     assert trace["bwdiag"]["note"].startswith(
-        "the script was interrupted (Ctrl-C) after 1 of 3 active steps"
+        "the profile block was interrupted (Ctrl-C) after 1 of 3 active steps"
     )
     assert trace["bwdiag"]["steps_captured"] == 1
     assert len(_ops(trace, "aten::addmm")) == 2  # the complete step and the partial one
@@ -390,5 +390,32 @@ def test_a_timer_tick_during_finish_does_nothing(tmp_path: Path, monkeypatch) ->
     assert prof.result.steps_seen == 0  # the ticks inside finish() were not counted
     trace, _ = _load(tmp_path / "t" / "rank0.pt.trace.json.gz")
     assert trace["bwdiag"]["steps_captured"] == 0
-    assert trace["bwdiag"]["note"].startswith("the script ended after 0 of 3 active steps")
+    assert trace["bwdiag"]["note"].startswith("the profile block ended after 0 of 3 active steps")
     assert _step_spans(trace) == [] or all(s["name"] == "ProfilerStep#0" for s in _step_spans(trace))
+
+
+def test_profile_api_speaks_its_own_words(tmp_path: Path, monkeypatch) -> None:
+    """A loop shorter than the window: ``prof.diagnosis`` says why (in API words) instead of being
+    None, no folder holding only ``.rank0.done`` is left, and an occupied ``out=`` names force=True."""
+    import bwdiag
+    from bwdiag.errors import NoDiagnosis
+
+    monkeypatch.chdir(tmp_path)
+    model = torch.nn.Linear(4, 4)
+    with bwdiag.profile(out="short") as prof:  # default wait=5: two steps never open the window
+        for _ in range(2):
+            model(torch.ones(2, 4))
+            prof.step()
+    with pytest.raises(NoDiagnosis, match=r"^no diagnosis: the profile block ended after 2 steps, before the "
+                       r"capture window opened at step 5: nothing was recorded \(lower wait=, or check step_on=\)$"):
+        prof.diagnosis.findings
+    assert getattr(prof, "diagnosis", None) is None  # still an AttributeError for getattr/hasattr
+    assert not (tmp_path / "short").exists()
+
+    with bwdiag.profile(out="full", wait=0, warmup=0, active=1, analyze=False) as prof:
+        model(torch.ones(2, 4))
+        prof.step()
+    with pytest.raises(NoDiagnosis, match="analyze=False"):
+        prof.diagnosis
+    with pytest.raises(bwdiag.BwdiagError, match=r"pass force=True to overwrite, or choose another folder with out=$"):
+        bwdiag.profile(out="full", wait=0, warmup=0, active=1, analyze=False).start()

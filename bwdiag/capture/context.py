@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from bwdiag.capture.folder import (
+    API_WORDS,
     default_out_dir,
     launch_time,
     prepare_out_dir,
+    remove_if_empty,
     say_line,
     unique_default,
     wait_for_ranks,
@@ -41,7 +43,7 @@ from bwdiag.capture.options import (
 from bwdiag.capture.runner import ending_of
 from bwdiag.capture.session import CaptureResult, CaptureSession
 from bwdiag.capture.view import DiagnosisView
-from bwdiag.errors import BwdiagError
+from bwdiag.errors import BwdiagError, NoDiagnosis
 
 
 class Profile:
@@ -114,8 +116,21 @@ class Profile:
         self._session: CaptureSession | None = None
         self._used = False
         self._started_at = 0.0
+        self._created = False
         self.result: CaptureResult | None = None
-        self.diagnosis: DiagnosisView | None = None
+        self._diagnosis: DiagnosisView | None = None
+        self._why_none = "the profile block has not ended yet (read prof.diagnosis after the with block)"
+
+    @property
+    def diagnosis(self) -> DiagnosisView:
+        """The diagnosis of the captured steps (after the block, on rank 0).
+
+        Raises :class:`~bwdiag.errors.NoDiagnosis` saying why there is none (the loop ended before
+        the capture window, ``analyze=False``, another rank…) and what to change.
+        """
+        if self._diagnosis is None:
+            raise NoDiagnosis(f"no diagnosis: {self._why_none}")
+        return self._diagnosis
 
     @property
     def out_dir(self) -> Path | None:
@@ -137,8 +152,10 @@ class Profile:
             out = default_out_dir(script, self._started_at)
             if world == 1:
                 out = unique_default(out)
-        out = prepare_out_dir(out, rank=rank, analyses=self._analyze and rank == 0, force=self._force)
-        self._session = CaptureSession(self.options, out, argv=list(sys.argv))
+        self._created = not out.exists()
+        out = prepare_out_dir(out, rank=rank, analyses=self._analyze and rank == 0, force=self._force,
+                              words=API_WORDS)
+        self._session = CaptureSession(self.options, out, argv=list(sys.argv), api=True)
         self._session.attach(torch)
         return self
 
@@ -151,11 +168,15 @@ class Profile:
     def stop(self, ended: str = "ended") -> DiagnosisView | None:
         """Finish the trace with what was captured; on rank 0 analyse and write the report."""
         if self._session is None or self.result is not None:
-            return self.diagnosis
+            return self._diagnosis
         self.result = result = self._session.finish(ended)
         if result.note:
             say_line(result.note)
-        if not self._analyze or result.rank != 0:
+        if not self._analyze:
+            self._why_none = "analyze=False: the trace is written, not analysed (bwdiag analyze FOLDER does it)"
+            return None
+        if result.rank != 0:
+            self._why_none = f"this is rank {result.rank}; rank 0 analyses every rank's trace and holds the diagnosis"
             return None
         out = self._session.out_dir
         if result.world_size > 1:
@@ -168,16 +189,20 @@ class Profile:
         else:
             traces = [result.trace] if result.trace else []
         if not traces:
-            say_line(f"no trace to analyse in {out}")
+            self._why_none = result.note or f"no trace was written in {out}"
+            if result.world_size == 1:
+                remove_if_empty(out, self._created, say_line)
+            else:
+                say_line(f"no trace to analyse in {out}")
             return None
         from bwdiag.capture.report import analyze_traces
 
         diagnosis, outputs = analyze_traces(
             traces, out, force=self._force, device_spec=self._device_spec
         )
-        self.diagnosis = DiagnosisView(diagnosis, outputs)
+        self._diagnosis = DiagnosisView(diagnosis, outputs)
         say_line(f"report: {outputs.get('html', out / 'report.html')}")
-        return self.diagnosis
+        return self._diagnosis
 
     def __enter__(self) -> Profile:
         return self.start()

@@ -79,15 +79,22 @@ def unique_default(path: Path) -> Path:
     return candidate
 
 
-def prepare_out_dir(out: Path, *, rank: int, analyses: bool, force: bool) -> Path:
+#: How the command line and the Python API name the two ways out of an occupied output folder.
+CLI_WORDS = ("pass --force to overwrite", "choose another folder with -o/--out")
+API_WORDS = ("pass force=True to overwrite", "choose another folder with out=")
+
+
+def prepare_out_dir(out: Path, *, rank: int, analyses: bool, force: bool,
+                    words: tuple[str, str] = CLI_WORDS) -> Path:
     """Create ``out`` and check, before the script starts, that this rank can write its files.
 
     Raises :class:`OutputError` when the folder cannot be created or written, or when it already
-    holds this rank's trace (or, for the analysing process, a report) and ``force`` is false.
+    holds this rank's trace (or, for the analysing process, a report) and ``force`` is false;
+    ``words`` name the fixes as the caller's interface spells them.
     """
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise OutputError(f"output path {out} exists and is not a folder; choose another with -o/--out")
+        raise OutputError(f"output path {out} exists and is not a folder; {words[1]}")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -96,8 +103,7 @@ def prepare_out_dir(out: Path, *, rank: int, analyses: bool, force: bool) -> Pat
     existing = [name for name in mine if (out / name).exists()]
     if existing and not force:
         raise OutputError(
-            f"{out} already holds {', '.join(existing)}; pass --force to overwrite, "
-            "or choose another folder with -o/--out"
+            f"{out} already holds {', '.join(existing)}; {words[0]}, or {words[1]}"
         )
     probe = out / f".bwdiag-write-test-{os.getpid()}"
     try:
@@ -109,6 +115,18 @@ def prepare_out_dir(out: Path, *, rank: int, analyses: bool, force: bool) -> Pat
         if force:
             (out / name).unlink(missing_ok=True)
     return out
+
+
+def remove_if_empty(out: Path, created: bool, say: Callable[[str], None] | None = None) -> None:
+    """Nothing was recorded: leave no empty folder behind (only one this run created), and say so."""
+    (out / done_marker_name(0)).unlink(missing_ok=True)
+    if created:
+        try:
+            out.rmdir()
+        except OSError:
+            return  # not empty: the script or the user put something there
+        if say is not None:
+            say("no output folder written")
 
 
 def temp_trace_path(out: Path, rank: int) -> Path:

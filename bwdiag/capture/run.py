@@ -26,6 +26,7 @@ from bwdiag.capture.folder import (
     default_out_dir,
     launch_time,
     prepare_out_dir,
+    remove_if_empty,
     rank_trace_name,
     done_marker_name,
     say_line,
@@ -91,14 +92,14 @@ def run(target: Target, args: Sequence[str], config: RunConfig, *, argv: Sequenc
         cancel[0]()
         if isinstance(exc, ModuleNotRunnable):  # nothing ran: Python's one line is all there is to say
             session.finish(ending_of(exc))
-            _remove_if_empty(out, created, quiet=True)
+            remove_if_empty(out, created)
             return
         try:
             result = session.finish(ending_of(exc))
             if result.note:
                 say_line(result.note)
             if world == 1 and result.trace is None:
-                _remove_if_empty(out, created)
+                remove_if_empty(out, created, say_line)
                 return
             if not analyses:
                 return
@@ -111,18 +112,6 @@ def run(target: Target, args: Sequence[str], config: RunConfig, *, argv: Sequenc
             say_line(f"traces so far are in {out}; retry with: bwdiag analyze {out}")
 
     run_with(target, args, before=before, after=after)
-
-
-def _remove_if_empty(out: Path, created: bool, *, quiet: bool = False) -> None:
-    """Nothing was recorded: leave no empty folder behind (only one this run created)."""
-    (out / done_marker_name(0)).unlink(missing_ok=True)
-    if created:
-        try:
-            out.rmdir()
-        except OSError:
-            return  # not empty: the script or the user put something there
-        if not quiet:
-            say_line("no output folder written")
 
 
 def _env_ranks() -> tuple[int, int, int]:

@@ -64,8 +64,11 @@ class CaptureSession:
         *,
         argv: list[str],
         say: Callable[[str], None] = say_line,
+        api: bool = False,
     ) -> None:
         self.options = options
+        self._api = api  # notes name options as bwdiag.profile(wait=...) rather than --wait
+        self._subject = "the profile block" if api else "the script"
         self.out_dir = Path(out_dir)
         self.argv = list(argv)
         self.say = say
@@ -110,20 +113,20 @@ class CaptureSession:
                 self.note = "the script ended without importing torch: nothing was recorded"
             else:
                 self.note = (
-                    f"the script {ended} after {self._steps_text()}, before the capture window "
-                    f"opened at step {self.options.wait}: nothing was recorded (lower --wait, "
-                    "or check --step-on)"
+                    f"{self._subject} {ended} after {self._steps_text()}, before the capture window "
+                    f"opened at step {self.options.wait}: nothing was recorded (lower {self._opt('wait')}, "
+                    f"or check {self._opt('step_on')})"
                 )
         elif self.phase is Phase.WARMUP:
             self.note = (
-                f"the script {ended} during the profiler warmup, after {self._steps_text()}: "
-                "nothing was recorded (lower --wait/--warmup)"
+                f"{self._subject} {ended} during the profiler warmup, after {self._steps_text()}: "
+                f"nothing was recorded (lower {self._opt('wait')}/{self._opt('warmup')})"
             )
             self._guarded(self._close_profiler)
         elif self.phase is Phase.RECORDING:
             complete = self.steps_seen - self.options.wait - self.options.warmup
             self.note = (
-                f"the script {ended} after {complete} of {self.options.active} active steps; "
+                f"{self._subject} {ended} after {complete} of {self.options.active} active steps; "
                 "the trace holds those and the partial step that was running"
             )
             self._steps_in_trace = complete
@@ -142,6 +145,9 @@ class CaptureSession:
         return result
 
     # ------------------------------------------------------------------ steps
+    def _opt(self, name: str) -> str:
+        return f"{name}=" if self._api else "--" + name.replace("_", "-")
+
     def _steps_text(self) -> str:
         n = self.steps_seen
         return f"{n} step{'s' if n != 1 else ''}"
