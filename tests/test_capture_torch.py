@@ -419,3 +419,29 @@ def test_profile_api_speaks_its_own_words(tmp_path: Path, monkeypatch) -> None:
         prof.diagnosis
     with pytest.raises(bwdiag.BwdiagError, match=r"pass force=True to overwrite, or choose another folder with out=$"):
         bwdiag.profile(out="full", wait=0, warmup=0, active=1, analyze=False).start()
+
+
+def test_a_compiled_model_gets_no_warning_from_bwdiags_hooks(tmp_path: Path) -> None:
+    """torch.compile warns when global module hooks exist; bwdiag's step-finding hooks are its own
+    business: stderr minus bwdiag's lines is python's (empty), and steps are still found."""
+    (tmp_path / "c.py").write_text(textwrap.dedent(
+        """
+        import torch
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        fast = torch.compile(model, backend="eager")  # the warning is in OptimizedModule.__call__
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(8):
+            fast(torch.ones(4, 8)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        print("done")
+        """
+    ))
+    plain = subprocess.run([sys.executable, "c.py"], cwd=tmp_path, env=_env(), capture_output=True, text=True)
+    ours = _bwdiag_run(tmp_path, "--wait", "2", "--warmup", "1", "--active", "2", "--no-analyze", "-o", "out", "c.py")
+    assert plain.returncode == ours.returncode == 0
+    assert plain.stderr == ""
+    assert [l for l in ours.stderr.splitlines() if not l.startswith("bwdiag: ")] == []
+    assert ours.stdout == plain.stdout == "done\n"
+    trace, _ = _load(tmp_path / "out" / "rank0.pt.trace.json.gz")
+    assert trace["bwdiag"]["steps_captured"] == 2

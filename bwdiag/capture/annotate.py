@@ -22,6 +22,8 @@ import weakref
 from types import ModuleType
 from typing import Any
 
+from bwdiag.capture.quiet import GlobalHookWarningHidden
+
 PREFIX = "nn.Module: "
 
 
@@ -57,6 +59,7 @@ class ModuleAnnotator:
             nn_module.register_module_forward_pre_hook(self._pre),
             nn_module.register_module_forward_hook(self._post, always_call=True),
         ]
+        self._hidden = GlobalHookWarningHidden()
 
     def _stack(self) -> list[Any]:
         stack = getattr(self._local, "stack", None)
@@ -100,6 +103,7 @@ class ModuleAnnotator:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        self._hidden.restore()
         stack = self._stack()
         while stack:
             self._exit(stack.pop()[0])

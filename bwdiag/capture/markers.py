@@ -27,6 +27,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from bwdiag.capture.quiet import GlobalHookWarningHidden
 from bwdiag.capture.options import StepMarker, StepOn
 from bwdiag.errors import BwdiagError
 
@@ -184,6 +185,7 @@ class _TopModuleWatch:
             nn_module.register_module_forward_pre_hook(self._global_pre),
             nn_module.register_module_forward_hook(self._global_post, always_call=True),
         ]
+        self._hidden = GlobalHookWarningHidden()
         self._instance: Any = None
 
     def describe(self) -> str:
@@ -213,6 +215,7 @@ class _TopModuleWatch:
         for handle in self._global:
             handle.remove()
         self._global.clear()
+        self._hidden.restore()
 
     def remove(self) -> None:
         self._drop_global()

@@ -24,6 +24,32 @@ _KINETO_LOG = re.compile(rb"^\[?[A-Z]+:?[\d :.-]*\S+\.(?:cpp|cc|h):\d+\]")
 _PROGRESS = re.compile(rb"^\[?(?:USDT|STAGE)\b")
 
 
+#: torch.compile's warning about global module hooks: bwdiag's own step-finding and annotation hooks
+#: would set it off in a script that registers none (``python script.py`` prints nothing there).
+_GLOBAL_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks on modules"
+
+
+class GlobalHookWarningHidden:
+    """Hides torch.compile's global-hook warning while bwdiag's global hooks exist (see above);
+    :meth:`restore` takes the filter out again, leaving the script's own filters as they were."""
+
+    def __init__(self) -> None:
+        warnings.filterwarnings("ignore", message=_GLOBAL_HOOK_WARNING, category=UserWarning)
+        self._entry = warnings.filters[0]
+
+    def restore(self) -> None:
+        if self._entry is None:
+            return
+        try:
+            warnings.filters.remove(self._entry)
+        except ValueError:  # the script reset the filters meanwhile
+            pass
+        self._entry = None
+        mutated = getattr(warnings, "_filters_mutated", None)
+        if mutated is not None:  # invalidate the per-module "already warned" caches, as filterwarnings does
+            mutated()
+
+
 @contextlib.contextmanager
 def profiler_output_filtered() -> Iterator[None]:
     """Run a profiler start/step/stop with its native stderr and warnings filtered (see module)."""
