@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-import bwdiag
 from bwdiag.errors import BwdiagError
 
 
@@ -89,13 +88,17 @@ def execute(target: Target, args: Sequence[str]) -> None:
             sys.modules["__main__"] = saved
 
 
+#: The folder bwdiag is imported from (the parent of the ``bwdiag`` package).
+_PACKAGE_HOME = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def _set_path0(entry: str) -> None:
     """Make ``entry`` the script's ``sys.path[0]``, in place of bwdiag's own launcher entry (the
     ``bin`` folder of the ``bwdiag`` script, or the working directory under ``python -m bwdiag``)
     as python would have it, unless bwdiag itself is imported from there (a source checkout):
     then the entry stays behind the script's, so bwdiag can still import its own modules."""
     launcher = sys.path[0] if sys.path else None
-    home = os.path.dirname(os.path.dirname(os.path.abspath(bwdiag.__file__)))
+    home = _PACKAGE_HOME
     if launcher is not None and os.path.abspath(launcher or ".") != home:
         sys.path[0] = entry
     else:
