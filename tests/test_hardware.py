@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from bwdiag.cli import main
+from bwdiag.diagnose.device import device_info
 from bwdiag.diagnose.model import SpecSource
 from bwdiag.errors import BwdiagError, DeviceSpecError
 from bwdiag.hardware import Dtype, find_device, list_devices, resolve_device
@@ -221,8 +222,8 @@ def test_specs_are_hashable_by_content():
         a.tensor_flops["bf16"] = 1.0  # read-only
 
 
-def test_to_device_info_takes_the_best_unit_per_dtype():
-    info = spec_named("A100 SXM4 80GB").to_device_info()
+def test_device_info_takes_the_best_unit_per_dtype():
+    info = device_info(spec_named("A100 SXM4 80GB"))
     assert info.spec_source == "table"
     assert info.peak_flops["bf16"] == 312e12
     assert info.peak_flops["fp64"] == 19.5e12  # FP64 tensor beats 9.7 vector
