@@ -3,7 +3,7 @@
 Layers, top to bottom (docs/ARCHITECTURE.md)::
 
     cli  →  capture  →  pipeline  →  report  →  diagnose  →  {costs, hardware}  →  trace
-                                                            (leaves: bwdiag.errors, bwdiag.cache)
+                                                            (leaves: bwdiag.errors, bwdiag.cache, bwdiag._version)
 
 A module may import its own layer's modules and any layer below it; ``costs`` and ``hardware``
 share a layer and do not import each other. Every import counts: module level, inside functions,
@@ -25,18 +25,18 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent / "bwdiag"
 # (``<root>``) is the public entry whose ``bwdiag.profile`` loads capture, so it sits with the CLI.
 # Parts that share a layer (costs, hardware) do not import each other.
 LAYER_ORDER: tuple[tuple[str, ...], ...] = (
-    ("<root>", "__main__", "cli"),
+    ("<root>", "__main__", "cli", "cli_views"),
     ("capture",),
     ("pipeline",),
     ("report",),
     ("diagnose",),
     ("costs", "hardware"),
     ("trace",),
-    ("errors", "cache"),
+    ("errors", "cache", "_version"),
 )
 LAYERS: dict[str, int] = {p: len(LAYER_ORDER) - i for i, parts in enumerate(LAYER_ORDER) for p in parts}
 # One layer, one unit: the CLI entry modules may import each other.
-_UNIT = {"<root>": "cli", "__main__": "cli"}
+_UNIT = {"<root>": "cli", "__main__": "cli", "cli_views": "cli"}
 
 
 def _module_name(path: Path) -> str:
