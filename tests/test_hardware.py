@@ -21,16 +21,13 @@ from bwdiag.diagnose.model import SpecSource
 from bwdiag.errors import BwdiagError, DeviceSpecError
 from bwdiag.hardware import Dtype, find_device, list_devices, resolve_device
 from bwdiag.hardware.spec import GIB, fallback_spec
+from tests.conftest import shared_trace
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
-needs_traces = pytest.mark.skipif(
-    not TRACES.is_dir(), reason=f"real traces not found at {TRACES} (shared folder beside the repo)"
-)
 
 
 def device_properties(relative: str) -> list[dict]:
     """The deviceProperties array of a real trace (found by text search: it is plain JSON)."""
-    path = TRACES / relative
+    path = shared_trace(relative)
     with gzip.open(path, "rt", encoding="utf-8", errors="replace") as handle:
         text = handle.read()
     start = text.find('"deviceProperties"')
@@ -64,7 +61,6 @@ REAL = [
 ]
 
 
-@needs_traces
 @pytest.mark.parametrize(("relative", "trace_name", "expected"), REAL)
 def test_real_trace_devices_match_the_table(relative, trace_name, expected):
     props = device_properties(relative)
@@ -77,7 +73,6 @@ def test_real_trace_devices_match_the_table(relative, trace_name, expected):
     assert warnings == []
 
 
-@needs_traces
 def test_real_trace_with_blank_name_is_identified_from_arch_cus_and_memory():
     # vLLM decode replay: name '', gfx 9.4, 304 CUs, 192 GiB -> only MI300X fits (MI325X has 256 GiB).
     props = device_properties("tracelens/inference/vllm_decode_full/graph_execution.json.gz")[0]
@@ -89,7 +84,6 @@ def test_real_trace_with_blank_name_is_identified_from_arch_cus_and_memory():
     assert len(warnings) == 1 and "no usable name" in warnings[0] and "9.4" in warnings[0]
 
 
-@needs_traces
 def test_cpu_only_trace_has_no_gpu_properties():
     assert device_properties("hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz") == []
 
