@@ -157,6 +157,14 @@ def test_the_walk_sees_function_level_imports():
     assert "bwdiag.capture.context" in _edges()["bwdiag"]
 
 
+def test_the_walk_resolves_relative_imports_and_finds_cycles():
+    # bwdiag/costs/__init__.py: ``from .categories import ...``
+    assert "bwdiag.costs.categories" in _edges()["bwdiag.costs"]
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+    assert len(_all_cycles({"a": {"b"}, "b": {"a", "c"}, "c": {"b"}})) == 2
+
+
 def test_imports_point_down():
     bad = []
     for mod, targets in _edges().items():
