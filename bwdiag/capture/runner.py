@@ -88,8 +88,9 @@ def execute(target: Target, args: Sequence[str]) -> None:
             sys.modules["__main__"] = saved
 
 
-#: The folder bwdiag is imported from (the parent of the ``bwdiag`` package).
-_PACKAGE_HOME = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+#: The ``bwdiag`` package folder, and the folder it is imported from.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PACKAGE_HOME = os.path.dirname(_PACKAGE_DIR)
 
 
 def _set_path0(entry: str) -> None:
@@ -152,9 +153,7 @@ def strip_own_frames(tb: types.TracebackType | None) -> types.TracebackType | No
     """Drop the leading traceback entries that belong to bwdiag, click or runpy."""
     import click
 
-    own_dirs = tuple(
-        os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (bwdiag, click)
-    )
+    own_dirs = (_PACKAGE_DIR + os.sep, os.path.dirname(os.path.abspath(click.__file__)) + os.sep)
     runpy_files = {"<frozen runpy>", os.path.abspath(runpy.__file__)}
     while tb is not None:
         name = tb.tb_frame.f_code.co_filename
