@@ -4,8 +4,7 @@ Capture or read a torch.profiler trace, pin every kernel to the roofline ceiling
 and rank fixes by the time they would save.
 """
 
-__version__ = "0.1.0"
-
+from bwdiag._version import __version__
 from bwdiag.errors import BwdiagError
 
 __all__ = ["BwdiagError", "Profile", "__version__", "profile"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from bwdiag import __version__
+from bwdiag._version import __version__
 from bwdiag.capture.options import (
     DEFAULT_ACTIVE,
     DEFAULT_RANK_TIMEOUT_S,
@@ -66,7 +66,7 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the full table as JSON.")
 def devices(as_json: bool) -> None:
     """List the device ceilings bwdiag knows (dense peaks, one-direction interconnect)."""
-    from bwdiag.hardware.cli_views import devices_json, devices_table
+    from bwdiag.cli_views import devices_json, devices_table
 
     click.echo(devices_json() if as_json else devices_table())
 
@@ -80,7 +80,7 @@ def devices(as_json: bool) -> None:
 @click.option("--vector", is_flag=True, help="Vector units, not tensor cores.")
 def roofline(flops: str, bytes_: str, time_: str | None, device: str, dtype: str, vector: bool) -> None:
     """Place work on a device's roofline: intensity, ceiling, bound, best time, % of ceiling."""
-    from bwdiag.hardware.cli_views import roofline_report
+    from bwdiag.cli_views import roofline_report
 
     click.echo(roofline_report(flops, bytes_, time_, device, dtype, tensor=not vector))
 
@@ -90,7 +90,7 @@ def roofline(flops: str, bytes_: str, time_: str | None, device: str, dtype: str
 @click.option("--quick", is_flag=True, help="A ~2 s measurement (smaller arrays and GEMMs).")
 def calibrate(device: str, quick: bool) -> None:
     """Measure this machine's memory bandwidth and GEMM FLOP/s, and cache them."""
-    from bwdiag.hardware.cli_views import calibrate_report
+    from bwdiag.cli_views import calibrate_report
 
     click.echo(calibrate_report(device, quick=quick))
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import gzip
 from functools import lru_cache
-from pathlib import Path
 
 import orjson
-import pytest
+from conftest import SHARED_TRACES as TRACES
+from conftest import shared_trace as need
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 QWEN = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 BERT = "tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz"
 RESNET = "tracelens/mi300/resnet_act_checkpoint.json.gz"
@@ -17,13 +16,6 @@ NORMS = "tracelens/perf_model/normalization/normalization_layer_test.json.gz"
 B200 = "tracelens/b200/eager_trace.json.gz"
 A100_TRAIN = "hta/negative_queue_length_values_check/rank0.json.gz"
 NCCL = "hta/nccl_parser_config/nccl_data.json.gz"
-
-
-def need(rel: str) -> Path:
-    path = TRACES / rel
-    if not path.exists():
-        pytest.skip(f"real trace {rel} not found under {TRACES} (the shared traces folder sits beside the checkout)")
-    return path
 
 
 @lru_cache(maxsize=8)

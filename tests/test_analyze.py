@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from bwdiag.pipeline import analyze
-from tests.conftest import A100_TRAIN, H100_BERT, H100_QWEN, REPO, SHARED_TRACES, raw_events, shared_trace
+from tests.conftest import A100_TRAIN, H100_BERT, H100_QWEN, REPO, raw_events, shared_trace, shared_trace_names
 
-ALL_TRACES = sorted(str(p.relative_to(SHARED_TRACES)) for p in SHARED_TRACES.rglob("*.json*")) if SHARED_TRACES.exists() else []
+ALL_TRACES = shared_trace_names()
 
 CONTRACT = {
     "schema": str, "source": dict, "device": dict, "time": dict, "kernels": list, "collectives": list,

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # a declared dependency: missing torch is an error, not a skip
 
 REPO = Path(__file__).resolve().parents[1]
-HAVE_PIPELINE = importlib.util.find_spec("bwdiag.pipeline") is not None
 SECRET = "tok-5e0c7e9a-never-in-a-trace"
 
 TRAIN = textwrap.dedent(
@@ -121,8 +119,7 @@ def test_training_window_metadata_and_modules(tmp_path: Path) -> None:
 def test_crash_inside_window_keeps_steps_and_traceback(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(TRAIN)
     plain = subprocess.run([sys.executable, "train.py", "2"], cwd=tmp_path, capture_output=True, text=True)
-    analyze = [] if HAVE_PIPELINE else ["--no-analyze"]
-    args = ["--wait", "1", "--warmup", "1", "--active", "2", *analyze, "-o", "out", "train.py", "2"]
+    args = ["--wait", "1", "--warmup", "1", "--active", "2", "-o", "out", "train.py", "2"]
     result = _bwdiag_run(tmp_path, *args)
     assert result.returncode == plain.returncode == 1
     script_err = [l for l in result.stderr.splitlines() if not l.startswith("bwdiag: ")]
@@ -134,9 +131,9 @@ def test_crash_inside_window_keeps_steps_and_traceback(tmp_path: Path) -> None:
     assert trace["bwdiag"]["steps_captured"] == 1
     assert f"bwdiag: {note}" in result.stderr
     assert len(_ops(trace, "aten::addmm")) == 2  # step 2's two Linears; step 3 never ran a forward
-    if HAVE_PIPELINE:  # the report carries the note too
-        warnings = json.loads((tmp_path / "out" / "diagnosis.json").read_text())["warnings"]
-        assert any(w.startswith(f"rank0.pt.trace.json.gz: {note}") for w in warnings)
+    # the report carries the note too
+    warnings = json.loads((tmp_path / "out" / "diagnosis.json").read_text())["warnings"]
+    assert any(w.startswith(f"rank0.pt.trace.json.gz: {note}") for w in warnings)
 
 
 def test_inference_steps_found_from_top_level_forward(tmp_path: Path) -> None:
@@ -169,7 +166,7 @@ def test_profile_context_manager(tmp_path: Path) -> None:
         bwdiag.profile("out")  # keyword-only
 
     model = torch.nn.Linear(4, 4)
-    prof = bwdiag.profile(out=tmp_path / "p", wait=1, warmup=0, active=2, analyze=HAVE_PIPELINE)
+    prof = bwdiag.profile(out=tmp_path / "p", wait=1, warmup=0, active=2, analyze=True)
     with prof:
         for _ in range(5):
             model(torch.ones(3, 4))
@@ -183,15 +180,14 @@ def test_profile_context_manager(tmp_path: Path) -> None:
     with pytest.raises(BwdiagError, match="used once"):
         with prof:
             pass
-    if HAVE_PIPELINE:
-        view = prof.diagnosis
-        assert view is not None
-        assert (tmp_path / "p" / "diagnosis.json").exists() and (tmp_path / "p" / "report.html").exists()
-        assert list(view.kernels.columns)[:3] == ["name", "rank", "category"]
-        assert set(view.kernels["module"].dropna()) == {"Linear"}  # the module spans reach the loader
-        assert isinstance(view.findings, list)
-        assert view.to_html().lstrip().lower().startswith("<!doctype html")
-        assert isinstance(view.summary(), str)
+    view = prof.diagnosis
+    assert view is not None
+    assert (tmp_path / "p" / "diagnosis.json").exists() and (tmp_path / "p" / "report.html").exists()
+    assert list(view.kernels.columns)[:3] == ["name", "rank", "category"]
+    assert set(view.kernels["module"].dropna()) == {"Linear"}  # the module spans reach the loader
+    assert isinstance(view.findings, list)
+    assert view.to_html().lstrip().lower().startswith("<!doctype html")
+    assert isinstance(view.summary(), str)
 
 
 DDP = textwrap.dedent(
@@ -216,9 +212,8 @@ DDP = textwrap.dedent(
 
 def test_two_rank_gloo_run(tmp_path: Path) -> None:
     (tmp_path / "ddp.py").write_text(DDP)
-    analyze = [] if HAVE_PIPELINE else ["--no-analyze"]
     result = _bwdiag_run(tmp_path, "--nproc-per-node", "2", "--wait", "1", "--warmup", "1",
-                         "--active", "2", *analyze, "-o", "out", "ddp.py")
+                         "--active", "2", "-o", "out", "ddp.py")
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.splitlines()) == ["rank 0 done", "rank 1 done"]
     out = tmp_path / "out"
@@ -228,19 +223,18 @@ def test_two_rank_gloo_run(tmp_path: Path) -> None:
         assert trace["distributedInfo"]["rank"] == rank
         # DDP all-reduces the bucket of gradients once per step: two recorded steps
         assert len([e for e in trace["traceEvents"] if e.get("name") == "gloo:all_reduce"]) >= 2
-    if HAVE_PIPELINE:
-        diagnosis = json.loads((out / "diagnosis.json").read_text())
-        assert sorted(diagnosis["source"]["ranks"]) == [0, 1]
-        assert (out / "report.html").exists()
-        # `bwdiag analyze FOLDER` reproduces the run's diagnosis (paths are spelled as given)
-        again = subprocess.run([sys.executable, "-m", "bwdiag", "analyze", "out", "-o", "again"],
-                               cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=180)
-        assert again.returncode == 0, again.stderr
-        reproduced = json.loads((tmp_path / "again" / "diagnosis.json").read_text())
-        assert [Path(p).name for p in reproduced["source"].pop("paths")] == [
-            Path(p).name for p in diagnosis["source"].pop("paths")
-        ] == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
-        assert reproduced == diagnosis
+    diagnosis = json.loads((out / "diagnosis.json").read_text())
+    assert sorted(diagnosis["source"]["ranks"]) == [0, 1]
+    assert (out / "report.html").exists()
+    # `bwdiag analyze FOLDER` reproduces the run's diagnosis (paths are spelled as given)
+    again = subprocess.run([sys.executable, "-m", "bwdiag", "analyze", "out", "-o", "again"],
+                           cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=180)
+    assert again.returncode == 0, again.stderr
+    reproduced = json.loads((tmp_path / "again" / "diagnosis.json").read_text())
+    assert [Path(p).name for p in reproduced["source"].pop("paths")] == [
+        Path(p).name for p in diagnosis["source"].pop("paths")
+    ] == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
+    assert reproduced == diagnosis
 
 
 def _step_spans(trace: dict) -> list[dict]:

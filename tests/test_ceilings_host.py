@@ -171,7 +171,7 @@ def _capture(out: Path) -> Path:
 
 
 def test_capture_records_host_and_its_calibration(cache, tmp_path):
-    from bwdiag.capture.metadata import _cpu_name
+    from bwdiag.hardware.host import cpu_name as _cpu_name
 
     trace = _capture(tmp_path / "cap")
     meta = raw_events(trace)["bwdiag"]
@@ -264,7 +264,7 @@ def test_calibration_is_read_once_per_run(cache, tmp_path, monkeypatch):
 
 
 def test_calibration_file_records_its_host(real_record):
-    from bwdiag.capture.metadata import _cpu_name
+    from bwdiag.hardware.host import cpu_name as _cpu_name
 
     assert real_record["host"]["hostname"] == socket.gethostname()
     assert real_record["host"]["cpu"] == _cpu_name()

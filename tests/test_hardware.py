@@ -16,20 +16,18 @@ import pytest
 from click.testing import CliRunner
 
 from bwdiag.cli import main
+from bwdiag.diagnose.device import device_info
 from bwdiag.diagnose.model import SpecSource
 from bwdiag.errors import BwdiagError, DeviceSpecError
 from bwdiag.hardware import Dtype, find_device, list_devices, resolve_device
 from bwdiag.hardware.spec import GIB, fallback_spec
+from tests.conftest import shared_trace
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
-needs_traces = pytest.mark.skipif(
-    not TRACES.is_dir(), reason=f"real traces not found at {TRACES} (shared folder beside the repo)"
-)
 
 
 def device_properties(relative: str) -> list[dict]:
     """The deviceProperties array of a real trace (found by text search: it is plain JSON)."""
-    path = TRACES / relative
+    path = shared_trace(relative)
     with gzip.open(path, "rt", encoding="utf-8", errors="replace") as handle:
         text = handle.read()
     start = text.find('"deviceProperties"')
@@ -63,7 +61,6 @@ REAL = [
 ]
 
 
-@needs_traces
 @pytest.mark.parametrize(("relative", "trace_name", "expected"), REAL)
 def test_real_trace_devices_match_the_table(relative, trace_name, expected):
     props = device_properties(relative)
@@ -76,7 +73,6 @@ def test_real_trace_devices_match_the_table(relative, trace_name, expected):
     assert warnings == []
 
 
-@needs_traces
 def test_real_trace_with_blank_name_is_identified_from_arch_cus_and_memory():
     # vLLM decode replay: name '', gfx 9.4, 304 CUs, 192 GiB -> only MI300X fits (MI325X has 256 GiB).
     props = device_properties("tracelens/inference/vllm_decode_full/graph_execution.json.gz")[0]
@@ -88,7 +84,6 @@ def test_real_trace_with_blank_name_is_identified_from_arch_cus_and_memory():
     assert len(warnings) == 1 and "no usable name" in warnings[0] and "9.4" in warnings[0]
 
 
-@needs_traces
 def test_cpu_only_trace_has_no_gpu_properties():
     assert device_properties("hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz") == []
 
@@ -221,8 +216,8 @@ def test_specs_are_hashable_by_content():
         a.tensor_flops["bf16"] = 1.0  # read-only
 
 
-def test_to_device_info_takes_the_best_unit_per_dtype():
-    info = spec_named("A100 SXM4 80GB").to_device_info()
+def test_device_info_takes_the_best_unit_per_dtype():
+    info = device_info(spec_named("A100 SXM4 80GB"))
     assert info.spec_source == "table"
     assert info.peak_flops["bf16"] == 312e12
     assert info.peak_flops["fp64"] == 19.5e12  # FP64 tensor beats 9.7 vector

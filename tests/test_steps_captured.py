@@ -20,8 +20,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
-
 REPO = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent(

@@ -11,7 +11,7 @@ import pytest
 
 from bwdiag.diagnose.timeline import union_length
 from bwdiag.pipeline import analyze
-from tests.conftest import A100_NCCL, A100_TRAIN, H100_BERT, REPO, raw_events, shared_trace
+from tests.conftest import A100_NCCL, A100_TRAIN, H100_BERT, REPO, missing_input, raw_events, shared_trace
 
 GLOO = REPO / "tests" / "data" / "gloo_straggler"
 
@@ -84,7 +84,7 @@ def test_all_reduce_bytes_algbw_busbw_by_hand():
 
 def test_gloo_two_ranks_collectives_overlap_and_straggler():
     if not GLOO.exists():
-        pytest.skip("tests/data/gloo_straggler missing; run tests/data/make_gloo_straggler.py")
+        missing_input("tests/data/gloo_straggler missing; run tests/data/make_gloo_straggler.py")
     d = analyze([GLOO])
     assert d.source.trace_kind == "cpu" and d.source.ranks == (0, 1)
     assert [r.rank for r in d.ranks] == [0, 1]

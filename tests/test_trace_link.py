@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bwdiag.trace import load_rank, load_traces
-from tests.conftest import A100_NCCL, A100_TRAIN, H100_BERT, H100_QWEN, SHARED_TRACES, raw_events, shared_trace
+from tests.conftest import A100_NCCL, A100_TRAIN, H100_BERT, H100_QWEN, raw_events, shared_trace, shared_trace_names
 
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -96,7 +96,7 @@ def test_two_files_claiming_one_rank_are_both_kept_with_a_warning(tmp_path):
     assert any("both claim rank 0" in w for w in warnings)
 
 
-@pytest.mark.parametrize("rel", sorted(str(p.relative_to(SHARED_TRACES)) for p in SHARED_TRACES.rglob("*.json*")) if SHARED_TRACES.exists() else [])
+@pytest.mark.parametrize("rel", shared_trace_names())
 def test_every_shared_trace_loads(rel):
     trace = load_rank(shared_trace(rel))
     assert trace.rank >= -1

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import os
 import platform
-import socket
 import sys
 from typing import Any
 
-from bwdiag import __version__
+from bwdiag._version import __version__
 from bwdiag.hardware.calibrate import CACHE_SCHEMA, cache_path, device_identity
+from bwdiag.hardware.host import cpu_name, host_record
 
 #: How module forwards are marked in the trace (see bwdiag.capture.annotate).
 MODULE_ANNOTATIONS = (
@@ -50,27 +50,7 @@ def device_description() -> dict[str, Any]:
             "memory_bytes": int(props.total_memory),
             "multiprocessors": int(props.multi_processor_count),
         }
-    return {"kind": "cpu", "name": _cpu_name(), "cores": os.cpu_count()}
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass  # not Linux: platform.processor() below
-    return platform.processor() or platform.machine() or "unknown CPU"
-
-
-def host_facts() -> dict[str, Any]:
-    """``{hostname, cpu, cores}`` of the machine capturing (see bwdiag.hardware.host)."""
-    try:
-        hostname = socket.gethostname() or None
-    except OSError:
-        hostname = None
-    return {"hostname": hostname, "cpu": _cpu_name(), "cores": os.cpu_count()}
+    return {"kind": "cpu", "name": cpu_name(), "cores": os.cpu_count()}
 
 
 def calibrated_ceilings(device: dict[str, Any]) -> dict[str, Any] | None:
@@ -115,7 +95,7 @@ def capture_metadata(
         "device": device,
         "device_name": device["name"],
         # Which machine recorded this: an analysis elsewhere must not use its own calibration.
-        "host": host_facts(),
+        "host": host_record(),
         "world_size": world,
         "rank": rank,
         "argv": list(argv),

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-import bwdiag
 from bwdiag.errors import BwdiagError
 
 
@@ -90,13 +89,18 @@ def execute(target: Target, args: Sequence[str]) -> None:
             sys.modules["__main__"] = saved
 
 
+#: The ``bwdiag`` package folder, and the folder it is imported from.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PACKAGE_HOME = os.path.dirname(_PACKAGE_DIR)
+
+
 def _set_path0(entry: str) -> None:
     """Make ``entry`` the script's ``sys.path[0]``, in place of bwdiag's own launcher entry (the
     ``bin`` folder of the ``bwdiag`` script, or the working directory under ``python -m bwdiag``)
     as python would have it, unless bwdiag itself is imported from there (a source checkout):
     then the entry stays behind the script's, so bwdiag can still import its own modules."""
     launcher = sys.path[0] if sys.path else None
-    home = os.path.dirname(os.path.dirname(os.path.abspath(bwdiag.__file__)))
+    home = _PACKAGE_HOME
     if launcher is not None and os.path.abspath(launcher or ".") != home:
         sys.path[0] = entry
     else:
@@ -176,9 +180,7 @@ def strip_own_frames(tb: types.TracebackType | None) -> types.TracebackType | No
     """Drop the leading traceback entries that belong to bwdiag, click or runpy."""
     import click
 
-    own_dirs = tuple(
-        os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (bwdiag, click)
-    )
+    own_dirs = (_PACKAGE_DIR + os.sep, os.path.dirname(os.path.abspath(click.__file__)) + os.sep)
     runpy_files = {"<frozen runpy>", os.path.abspath(runpy.__file__)}
     while tb is not None:
         name = tb.tb_frame.f_code.co_filename

@@ -26,6 +26,7 @@ from bwdiag.costs.conv_context import complete_conv_costs
 from bwdiag.costs.transfers import LaunchOp, has_bytes
 from bwdiag.costs.dtypes import dtype_bytes
 from bwdiag.diagnose import compiled
+from bwdiag.diagnose.shapes import format_shapes
 from bwdiag.diagnose.tensor_units import matrix_unit
 from bwdiag.trace import RankTrace
 
@@ -301,25 +302,6 @@ def _shapes_of(ops: pd.DataFrame, indices: np.ndarray) -> list[str | None]:
     found = {}
     for i, s, d, t in zip(valid, sigs, sel["dims"], sel["types"]):
         if s not in by_sig:
-            by_sig[s] = _format_shapes(d, t)
+            by_sig[s] = format_shapes(d, t)
         found[i] = by_sig[s]
     return [found.get(i) for i in indices]
-
-
-def _format_shapes(dims, types) -> str | None:
-    if not isinstance(dims, list):
-        return None
-    parts = []
-    for i, d in enumerate(dims):
-        if isinstance(d, list) and d:
-            t = types[i] if isinstance(types, list) and i < len(types) else ""
-            parts.append(f"{_short_type(t)}{d}")
-    return ", ".join(parts) if parts else None
-
-
-_SHORT = {"float": "f32", "c10::Half": "f16", "c10::BFloat16": "bf16", "double": "f64", "long int": "i64",
-          "int": "i32", "bool": "b"}
-
-
-def _short_type(t) -> str:
-    return _SHORT.get(t, str(t).replace("c10::", "")) if t else ""

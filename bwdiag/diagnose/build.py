@@ -14,6 +14,7 @@ from bwdiag.diagnose import uncovered
 from bwdiag.diagnose.activities import _op_costs, cpu_activities, gpu_activities
 from bwdiag.diagnose.communication import annotate_messages, collective_rows, fit_latency_bandwidth, with_regimes
 from bwdiag.diagnose.compiled import compiled_facts
+from bwdiag.diagnose.device import device_info
 from bwdiag.diagnose.idle import idle_breakdown
 from bwdiag.diagnose.launch import launch_stats
 from bwdiag.diagnose.ranks import straggler
@@ -263,7 +264,7 @@ def _coverage(analyses: list[RankAnalysis]) -> Coverage:
 def _device_info(spec: DeviceSpec, traces: Sequence[RankTrace]) -> DeviceInfo:
     """The ``device`` block, with the host the (first) trace names and any accelerator kind."""
     host = trace_host(traces[0].metadata)
-    return dataclasses.replace(spec.to_device_info(), trace_host=host.to_dict() if host.known else None,
+    return dataclasses.replace(device_info(spec), trace_host=host.to_dict() if host.known else None,
                                accelerator=_accelerator(traces))
 
 

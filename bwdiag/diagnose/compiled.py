@@ -40,6 +40,7 @@ import pandas as pd
 from bwdiag.costs import Category
 from bwdiag.costs.dtypes import bwdiag_dtype, dtype_bytes
 from bwdiag.diagnose.names import name_matches
+from bwdiag.diagnose.shapes import format_shapes
 from bwdiag.diagnose.timeline import merged_runs
 
 #: cpu_ops that wrap a compiled region's execution: never a unit of work themselves.
@@ -158,8 +159,6 @@ def _region_inputs(ops: pd.DataFrame, root: int, r: pd.Series, key: tuple) -> tu
     The inputs are on the ``CompiledFunction`` / ``CompiledFunctionBackward`` op: the root itself or
     the one directly inside a ``Torch-Compiled Region``.
     """
-    from bwdiag.diagnose.activities import _format_shapes  # the kernel table's shape text
-
     cand = ops[(ops["pid"] == key[0]) & (ops["tid"] == key[1]) & (ops["ts"] >= r["ts"]) & (ops["end"] <= r["end"])
                & ops["name"].isin(("CompiledFunction", "CompiledFunctionBackward"))]
     if cand.empty:
@@ -180,7 +179,7 @@ def _region_inputs(ops: pd.DataFrame, root: int, r: pd.Series, key: tuple) -> tu
         any_tensor = True
     if not any_tensor:
         return None, None, None
-    return total, dtype, _format_shapes(dims, types)
+    return total, dtype, format_shapes(dims, types)  # the kernel table's shape text
 
 
 def _region_label(name: str) -> str:

@@ -10,6 +10,8 @@ Public API::
 """
 
 from bwdiag.hardware.match import find_device, resolve_device
-from bwdiag.hardware.spec import DeviceSpec, Dtype, fallback_spec, list_devices
+from bwdiag.hardware.spec import DeviceSpec, Dtype, SpecSource, fallback_spec, list_devices
 
-__all__ = ["DeviceSpec", "Dtype", "fallback_spec", "find_device", "list_devices", "resolve_device"]
+__all__ = [
+    "DeviceSpec", "Dtype", "SpecSource", "fallback_spec", "find_device", "list_devices", "resolve_device",
+]

@@ -32,10 +32,10 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from bwdiag.cache import cache_dir
-from bwdiag.diagnose.model import SpecSource
 from bwdiag.errors import BwdiagError
 from bwdiag.hardware.host import HostFacts, calibration_host, host_record
-from bwdiag.hardware.spec import GIB, DeviceSpec, spec_from_entry
+from bwdiag.hardware.lookup import gpu_spec
+from bwdiag.hardware.spec import GIB, DeviceSpec, SpecSource, spec_from_entry
 
 CACHE_SCHEMA = "bwdiag/calibration@1"
 
@@ -431,9 +431,7 @@ def _entry(identity: DeviceIdentity, measured: dict[str, Any], quick: bool, torc
             "notes": notes,
             "sources": [how],
         }
-    from bwdiag.hardware.match import resolve_device
-
-    table, _ = resolve_device({"name": identity.name})
+    table = gpu_spec({"name": identity.name}, [])
     tensor = dict(table.tensor_flops)
     vector = dict(table.vector_flops)
     vector["fp32"] = gemm["fp32"]

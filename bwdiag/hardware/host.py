@@ -15,6 +15,8 @@ and the trace must record at least one; a trace that records none is never taken
 
 from __future__ import annotations
 
+import os
+import platform
 import socket
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -58,11 +60,21 @@ def _hostname() -> str | None:
         return None
 
 
+def cpu_name() -> str:
+    """This machine's CPU model, as ``/proc/cpuinfo`` names it (elsewhere what ``platform`` says)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass  # not Linux: platform.processor() below
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
 def host_record() -> dict[str, Any]:
     """``{hostname, cpu, cores}`` of this machine, as capture and calibration files store it."""
-    from bwdiag.capture.metadata import host_facts  # the one definition, shared with capture
-
-    return host_facts()
+    return {"hostname": _hostname(), "cpu": cpu_name(), "cores": os.cpu_count()}
 
 
 def trace_host(metadata: Mapping[str, Any]) -> HostFacts:

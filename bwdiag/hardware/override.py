@@ -15,9 +15,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bwdiag.diagnose.model import SpecSource
 from bwdiag.errors import DeviceSpecError
-from bwdiag.hardware.spec import ENTRY_KEYS, GIB, DeviceSpec, Dtype, is_positive_number
+from bwdiag.hardware.lookup import find_device
+from bwdiag.hardware.spec import ENTRY_KEYS, GIB, DeviceSpec, Dtype, SpecSource, is_positive_number
 
 _ALLOWED = (ENTRY_KEYS - {"match", "same_as"}) | {"base"}
 _DTYPES = frozenset(d.value for d in Dtype)
@@ -47,8 +47,6 @@ def apply_override(spec: DeviceSpec, path: Path) -> DeviceSpec:
     """``spec`` with the fields of the JSON file at ``path`` laid on top."""
     data = load_override(path)
     if "base" in data:
-        from bwdiag.hardware.match import find_device
-
         base = find_device(str(data["base"]))
         if base is None:
             raise DeviceSpecError(

@@ -2,7 +2,7 @@
 
 A ``DeviceSpec`` holds the dense peak FLOP/s of a device's tensor (matrix) units and vector units
 per dtype, its memory bandwidth and its interconnect bandwidth (one direction). The roofline code
-(:mod:`bwdiag.diagnose.roofline`) asks it for the ceiling that applies to a kernel through
+(``bwdiag.diagnose.roofline``, a layer above) asks it for the ceiling that applies to a kernel through
 :meth:`DeviceSpec.ceiling`.
 """
 
@@ -18,9 +18,16 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Any
 
-from bwdiag.diagnose.model import DeviceInfo, SpecSource
-
 GIB = 2**30
+
+
+class SpecSource(str, Enum):
+    """Where a device's ceilings came from (``device.spec_source`` in ``diagnosis.json``)."""
+
+    TABLE = "table"
+    CALIBRATED = "calibrated"
+    USER = "user"
+    ASSUMED = "assumed"
 
 
 class Dtype(str, Enum):
@@ -134,27 +141,17 @@ class DeviceSpec:
 
     # -- conversions ------------------------------------------------------------------------
 
-    def to_device_info(self) -> DeviceInfo:
-        """The ``device`` block of ``diagnosis.json``: per dtype the better of tensor and vector."""
+    def best_peak_flops(self) -> dict[str, float]:
+        """Per dtype the better of the tensor and vector peak, in ``Dtype`` order."""
         best: dict[str, float] = {}
         for table in (self.vector_flops, self.tensor_flops):
             for dt, value in table.items():
                 best[dt] = max(best.get(dt, 0.0), float(value))
-        order = [d.value for d in Dtype]
-        return DeviceInfo(
-            name=self.name,
-            kind=self.kind,
-            spec_source=self.spec_source.value,
-            peak_flops={k: best[k] for k in order if k in best},
-            memory_bandwidth=float(self.memory_bandwidth),
-            interconnect_bandwidth=(
-                float(self.interconnect_bandwidth) if self.interconnect_bandwidth else None
-            ),
-            matched_from=self.matched_from,
-            vector_flops={k: float(self.vector_flops[k]) for k in order if k in self.vector_flops},
-            sources=tuple(self.sources),
-            calibration=self.calibration.to_record() if self.calibration is not None else None,
-        )
+        return {d.value: best[d.value] for d in Dtype if d.value in best}
+
+    def ordered_vector_flops(self) -> dict[str, float]:
+        """The vector peaks as plain floats, in ``Dtype`` order."""
+        return {d.value: float(self.vector_flops[d.value]) for d in Dtype if d.value in self.vector_flops}
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready form (``bwdiag devices --json``)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import PurePath
 
-from bwdiag import __version__
+from bwdiag._version import __version__
 from bwdiag.diagnose.model import Bound, Diagnosis, KernelRow, SpecSource
 from bwdiag.report.extras_view import display_tree, humanize
 from bwdiag.report.roofline import build_roofline, plottable

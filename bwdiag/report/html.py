@@ -15,7 +15,7 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
-from bwdiag import __version__
+from bwdiag._version import __version__
 from bwdiag.cache import cache_dir
 from bwdiag.diagnose.model import Diagnosis
 from bwdiag.report import units

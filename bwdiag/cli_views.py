@@ -1,10 +1,15 @@
-"""Text for the ``devices``, ``roofline`` and ``calibrate`` commands (kept out of cli.py)."""
+"""Text for the ``devices``, ``roofline`` and ``calibrate`` commands (kept out of cli.py).
+
+A CLI module: it sits above diagnose, whose roofline placement ``bwdiag roofline`` shows.
+"""
 
 from __future__ import annotations
 
 import json
 
+from bwdiag.diagnose.roofline import place
 from bwdiag.errors import BwdiagError
+from bwdiag.hardware.calibrate import cache_path, calibrate, device_identity
 from bwdiag.hardware.match import find_device
 from bwdiag.hardware.spec import DeviceSpec, Dtype, list_devices
 from bwdiag.hardware.units import duration, parse_duration, parse_quantity, si
@@ -18,7 +23,7 @@ def devices_table(specs: list[DeviceSpec] | None = None) -> str:
     header = ["device", "mem BW", *(f"{d} peak" for d in _TABLE_DTYPES), "link (1 dir)", "memory"]
     rows = []
     for spec in specs:
-        peaks = spec.to_device_info().peak_flops
+        peaks = spec.best_peak_flops()
         rows.append([
             spec.name,
             si(spec.memory_bandwidth, "B/s"),
@@ -52,8 +57,6 @@ def resolve_named(device: str) -> DeviceSpec:
 def roofline_report(flops: str, bytes_: str, time_: str | None, device: str, dtype: str,
                     *, tensor: bool) -> str:
     """The ``bwdiag roofline`` text."""
-    from bwdiag.diagnose.roofline import place
-
     try:
         work = parse_quantity(flops)
         moved = parse_quantity(bytes_)
@@ -86,8 +89,6 @@ def roofline_report(flops: str, bytes_: str, time_: str | None, device: str, dty
 
 def calibrate_report(device: str, *, quick: bool) -> str:
     """Run a calibration and describe what was measured and where it was cached."""
-    from bwdiag.hardware.calibrate import cache_path, calibrate, device_identity
-
     spec = calibrate(device, quick=quick)
     path = cache_path(device_identity(device))
     lines = [f"calibrated    {spec.name}", f"memory BW     {si(spec.memory_bandwidth, 'B/s')}"]
