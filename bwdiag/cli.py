@@ -32,13 +32,16 @@ def console_main() -> None:
     ~0.1 s to a 2 s run. (mypy ends the same way.) ``bwdiag run`` never does: the user's script's
     atexit handlers must run, as under ``python script.py``.
     """
+    from bwdiag.interrupts import INTERRUPTED_STATUSES
+
     try:
         main()
     except SystemExit as end:
-        if _exit_without_cleanup and end.code in (0, None):
+        interrupted = end.code in INTERRUPTED_STATUSES and _exit_without_cleanup
+        if interrupted or (_exit_without_cleanup and end.code in (0, None)):
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(0)
+            os._exit(end.code or 0)
         raise
 
 
@@ -125,6 +128,8 @@ def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | N
 
     out_dir = out_dir or _default_out(traces)
     pipeline.check_output_dir(out_dir, force=force)  # fail before the (long) analysis
+    global _exit_without_cleanup
+    _exit_without_cleanup = True  # an interrupted analysis ends at once (bwdiag.interrupts)
     with ends_cleanly_when_interrupted():
         diagnosis = pipeline.analyze(traces, device_spec=device_spec, progress=sys.stderr.isatty(),
                                      graph_capture=graph_capture or None)
@@ -134,7 +139,6 @@ def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | N
         from bwdiag.report.files import open_in_browser
 
         open_in_browser(outputs["html"])
-    global _exit_without_cleanup
     _exit_without_cleanup = not open_report  # a browser started for --open is left to finish its start
 
 

@@ -3,17 +3,20 @@
 Ctrl-C and ``kill -TERM`` both end it at once with one line on stderr and the shell's conventional
 status (130 for SIGINT, 143 for SIGTERM): its worker processes are killed first, and outputs, which
 are written atomically as a pair, are either all there from a run that finished or not there at all.
-The process ends with ``os._exit``: the executor's threads would otherwise print tracebacks about
-the futures the interruption cancelled, and Python's exit would wait for them.
+The command raises ``SystemExit(status)``; the ``bwdiag`` program then ends with ``os._exit``
+(``cli.console_main``): the executor's threads would otherwise print tracebacks about the futures the
+interruption cancelled, and Python's exit would wait for them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
 from collections.abc import Iterator
+
+#: Exit statuses of an interrupted command, which the program ends at once (see module docstring).
+INTERRUPTED_STATUSES = (130, 143)
 
 
 class Terminated(BaseException):
@@ -42,18 +45,14 @@ def ends_cleanly_when_interrupted() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _end(status: int, what: str) -> None:
+def _end(status: int, what: str) -> None:  # noqa: RET503 - always raises
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean-up
     from bwdiag.trace.workers import stop_workers
 
     stop_workers()
     try:
-        sys.stdout.flush()
-    except (OSError, ValueError):
-        pass
-    try:
         sys.stderr.write(f"bwdiag: {what}: stopped, no output written\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
-    os._exit(status)
+    raise SystemExit(status)

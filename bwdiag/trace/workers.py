@@ -20,6 +20,16 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _pools: weakref.WeakSet = weakref.WeakSet()
 
 
+def _child_ignores_ctrl_c() -> None:
+    # Right after fork, before the child runs any Python: a Ctrl-C that lands while a worker is
+    # being forked (pools fork lazily, on submit) must not print a KeyboardInterrupt traceback there.
+    if _pools:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+os.register_at_fork(after_in_child=_child_ignores_ctrl_c)
+
+
 def forkable() -> bool:
     """Whether worker processes may be forked from this process.
 
