@@ -18,8 +18,8 @@ Adding a rule:
    importing only :mod:`.base` (context and result), :mod:`.helpers` (shared helpers; a helper a
    second rule needs moves there — no rule imports another rule module) and packages outside
    ``findings/``; timeline facts come through the context's properties, never ``diagnosis.extras``;
-2. add one line to ``RULES``: ``Rule("my_rule", my_module.my_rule)``, with ``skips=(...)`` if it must
-   leave alone what earlier rules claimed;
+2. add one line to ``RULES`` where it should run, ``Rule("my_rule", my_rule)`` (and its import
+   above), with ``skips=("attention", ...)`` if it must leave alone what earlier rules claimed;
 3. test it on a hand-built context (``tests/rule_context.py``, ``tests/test_rules_unit.py``).
 """
 
@@ -28,20 +28,18 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from bwdiag.diagnose.findings import (
-    attention,
-    batching,
-    conversions,
-    fusion,
-    host,
-    kv_cache,
-    launch,
-    optimizer,
-    overlap,
-    precision,
-    quantization,
-)
+from bwdiag.diagnose.findings.attention import attention_materialisation
 from bwdiag.diagnose.findings.base import RuleContext, RuleResult
+from bwdiag.diagnose.findings.batching import small_kernels
+from bwdiag.diagnose.findings.conversions import dtype_round_trips, layout_conversions
+from bwdiag.diagnose.findings.fusion import fusion
+from bwdiag.diagnose.findings.host import data_loader, host_bound, pageable_memcpy, sync_points
+from bwdiag.diagnose.findings.kv_cache import kv_cache_quantization
+from bwdiag.diagnose.findings.launch import launch_overhead
+from bwdiag.diagnose.findings.optimizer import per_parameter_optimizer
+from bwdiag.diagnose.findings.overlap import exposed_collectives
+from bwdiag.diagnose.findings.precision import bf16_to_fp8, fp32_on_vector_units
+from bwdiag.diagnose.findings.quantization import weight_only_quantization
 
 
 @dataclass(frozen=True)
@@ -59,27 +57,27 @@ class Rule:
 RULES: tuple[Rule, ...] = (
     # Rules that claim specific kernels run first: eager attention (the kernels between the bmms),
     # the per-parameter optimizer step, layout and cast conversions.
-    Rule("attention", attention.attention_materialisation),
-    Rule("optimizer", optimizer.per_parameter_optimizer),
-    Rule("batching", batching.small_kernels),
-    Rule("layout", conversions.layout_conversions),
-    Rule("cast", conversions.dtype_round_trips),
+    Rule("attention", attention_materialisation),
+    Rule("optimizer", per_parameter_optimizer),
+    Rule("batching", small_kernels),
+    Rule("layout", layout_conversions),
+    Rule("cast", dtype_round_trips),
     # The generic fusion rule leaves what those reported alone (a chain through the softmax of an
     # eager attention is "use SDPA", not "fuse these ops"). Batching claims matrix kernels, which no
     # fusable run holds: nothing to skip.
-    Rule("fusion", fusion.fusion, skips=("attention", "optimizer", "layout", "cast")),
+    Rule("fusion", fusion, skips=("attention", "optimizer", "layout", "cast")),
     # GPU idle by cause. host_bound and launch_overhead split the same unexplained host wait by
     # helpers.looks_launch_bound (a fact of the trace, not a claim): exactly one of them reports it.
-    Rule("sync", host.sync_points),
-    Rule("data_loader", host.data_loader),
-    Rule("host_bound", host.host_bound),
-    Rule("pageable_memcpy", host.pageable_memcpy),
-    Rule("launch_overhead", launch.launch_overhead),
-    Rule("overlap", overlap.exposed_collectives),
-    Rule("fp32_tensor_cores", precision.fp32_on_vector_units),
-    Rule("fp8", precision.bf16_to_fp8),
-    Rule("weight_quantization", quantization.weight_only_quantization),
-    Rule("kv_cache", kv_cache.kv_cache_quantization),
+    Rule("sync", sync_points),
+    Rule("data_loader", data_loader),
+    Rule("host_bound", host_bound),
+    Rule("pageable_memcpy", pageable_memcpy),
+    Rule("launch_overhead", launch_overhead),
+    Rule("overlap", exposed_collectives),
+    Rule("fp32_tensor_cores", fp32_on_vector_units),
+    Rule("fp8", bf16_to_fp8),
+    Rule("weight_quantization", weight_only_quantization),
+    Rule("kv_cache", kv_cache_quantization),
 )
 
 
