@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import numpy as np
-
 from bwdiag.diagnose.findings.base import RuleContext, RuleResult
 from bwdiag.diagnose.findings.helpers import fmt_bytes, fmt_time, tensor_sizes
 from bwdiag.diagnose.model import FindingKind

@@ -51,7 +51,7 @@ def data_loader(ctx: RuleContext) -> list[RuleResult]:
 
 def host_bound(ctx: RuleContext) -> list[RuleResult]:
     """GPU idle waiting on the host that no specific cause explains, when kernels are not tiny
-    (tiny kernels: see the launch-overhead rule, which claims the same wait)."""
+    (tiny kernels: the launch-overhead rule reports the same wait instead)."""
     idle = ctx.idle
     if ctx.is_cpu or idle is None or looks_launch_bound(ctx):
         return []
