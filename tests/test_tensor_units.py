@@ -83,3 +83,8 @@ def test_placed_dtype_wins_over_the_name():
     assert on_fp32_vector_units("some_gemm", "fp32", False)
     assert not on_fp32_vector_units("ampere_sgemm_128x64_nn", "bf16", True)
     assert not on_fp32_vector_units("some_gemm", "tf32", True)
+
+
+def test_missing_dtype_as_nan_is_missing():
+    assert on_fp32_vector_units("ampere_sgemm_128x64_nn", float("nan"), False)
+    assert not on_fp32_vector_units("some_gemm", float("nan"), False)

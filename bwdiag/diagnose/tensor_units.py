@@ -48,9 +48,12 @@ def matrix_unit(kernel_name: str, dtype: str | None, tensor: bool) -> tuple[str 
     return dtype, tensor
 
 
-def on_fp32_vector_units(kernel_name: str, dtype: str | None, tensor: bool) -> bool:
+def on_fp32_vector_units(kernel_name: str, dtype: str | float | None, tensor: bool) -> bool:
     """Whether a matrix kernel ran fp32 math on the vector units: its placed ``dtype`` says so (fp32
-    not on tensor cores), or, without one (no shaped op), its name does."""
+    not on tensor cores), or, without one (no shaped op), its name does. A missing dtype may arrive
+    as NaN (a pandas str column holding known dtypes beside missing ones), not only None."""
+    if not isinstance(dtype, str):
+        dtype = None
     if dtype == "tf32" or TF32.search(kernel_name):
         return False
     if dtype == "fp32":
