@@ -22,6 +22,7 @@ from bwdiag.diagnose.findings import (
     quantization,
 )
 from bwdiag.diagnose.findings.registry import RULES, Rule, check_order, run_rules
+from bwdiag.diagnose.model import FindingKind
 from tests.rule_context import collective, context, kernel, op, rank
 
 MiB = 1 << 20
@@ -371,7 +372,7 @@ def test_rules_run_in_order_and_see_only_what_they_skip():
 
     def claim(ctx):
         seen.append(("claim", dict(ctx.prior)))
-        return [ctx.finding(ctx_kind(), "claims rows 0-1", 1.0, [], "fix", acts={0: [0, 1]})]
+        return [ctx.finding(FindingKind.OTHER, "claims rows 0-1", 1.0, [], "fix", acts={0: [0, 1]})]
 
     def bystander(ctx):
         seen.append(("bystander", dict(ctx.prior)))
@@ -388,12 +389,6 @@ def test_rules_run_in_order_and_see_only_what_they_skip():
     assert seen[2][1] == {0, 1}
     assert [r.title for r in results] == ["claims rows 0-1"]
     assert ctx.prior == {}  # the caller's context is left alone
-
-
-def ctx_kind():
-    from bwdiag.diagnose.model import FindingKind
-
-    return FindingKind.OTHER
 
 
 def test_registry_on_the_chain_reports_fusion_only():
