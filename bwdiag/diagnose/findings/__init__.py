@@ -1,45 +1,32 @@
 """Findings: small rules that turn roofline and timeline facts into fixes ranked by time saved.
 
-Each rule is a function ``rule(ctx: RuleContext) -> list[Finding]`` registered in ``RULES`` (the
-modules below register theirs on import); a rule that has no evidence returns nothing. After the
-rules, the what-if (:mod:`.whatif`) combines their savings into ``extras["projected_us"]`` and
-``extras["whatif"]``.
+The rules, their order and what each skips are listed in :mod:`.registry` (``RULES``; its docstring
+says how to add one). Each rule is a pure function of a :class:`~.base.RuleContext` returning
+:class:`~.base.RuleResult` s (a finding and what it acts on). After the rules, the what-if
+(:mod:`.whatif`) combines their savings into the projected window.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-# Import order is rule order: rules that claim specific kernels (eager attention, optimizer steps,
-# layout and cast conversions) run before the generic fusion rule, which skips what they claimed.
-from bwdiag.diagnose.findings import (  # noqa: F401, I001  (importing registers the rules)
-    attention,
-    optimizer,
-    batching,
-    conversions,
-    fusion,
-    host,
-    launch,
-    overlap,
-    precision,
-    quantization,
-    kv_cache,
-)
-from bwdiag.diagnose.findings.base import RULES, RuleContext
+from bwdiag.diagnose.findings.base import RuleContext, RuleResult, with_findings
+from bwdiag.diagnose.findings.registry import RULES, Rule, run_rules
 from bwdiag.diagnose.findings.whatif import project
 from bwdiag.diagnose.model import Diagnosis
+
+__all__ = ["RULES", "Rule", "RuleContext", "RuleResult", "add_findings", "project", "run_rules"]
 
 
 def add_findings(diagnosis: Diagnosis, analyses) -> Diagnosis:
     """Run every rule; return the diagnosis with its findings sorted by estimated saving and the
-    what-if projection in ``extras``."""
+    what-if projection."""
     ctx = RuleContext(diagnosis, analyses)
-    findings = [f for rule in RULES for f in rule(ctx)]
-    findings.sort(key=lambda f: -f.est_saving_us)
-    extras = dict(diagnosis.extras)
-    if findings:
-        extras.update(project(ctx, findings))
+    results = run_rules(ctx)
+    results.sort(key=lambda r: -r.finding.est_saving_us)
+    projection = project(ctx, results) if results else None
+    findings = [r.finding for r in results]
     scale = ctx.step_scale
     if scale is not None:
         findings = [dataclasses.replace(f, est_saving_per_step_us=f.est_saving_us * scale) for f in findings]
-    return dataclasses.replace(diagnosis, findings=tuple(findings), extras=extras)
+    return with_findings(diagnosis, findings, projection)

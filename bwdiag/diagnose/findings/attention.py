@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import numpy as np
-
-from bwdiag.diagnose.findings.base import RuleContext, fmt_bytes, fmt_time, rule, tensor_sizes
-from bwdiag.diagnose.model import Finding, FindingKind
+from bwdiag.diagnose.findings.base import RuleContext, RuleResult
+from bwdiag.diagnose.findings.helpers import fmt_bytes, fmt_time, tensor_sizes
+from bwdiag.diagnose.model import FindingKind
 
 BMM_OPS = frozenset({"aten::bmm", "aten::baddbmm", "aten::matmul", "aten::einsum"})
 BETWEEN = frozenset({"softmax", "elementwise", "random", "cast", "copy", "reduction"})
@@ -21,8 +20,7 @@ BETWEEN = frozenset({"softmax", "elementwise", "random", "cast", "copy", "reduct
 MAX_BETWEEN = 8
 
 
-@rule
-def attention_materialisation(ctx: RuleContext) -> list[Finding]:
+def attention_materialisation(ctx: RuleContext) -> list[RuleResult]:
     """Eager attention: a softmax between two batched matmuls over a square-ish score tensor."""
     saving = score = 0.0
     count = 0

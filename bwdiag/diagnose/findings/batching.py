@@ -11,15 +11,14 @@ from collections import defaultdict
 
 import pandas as pd
 
-from bwdiag.diagnose.findings.base import RuleContext, fmt_time, kernel_label, rule
-from bwdiag.diagnose.findings.gemm_util import groups_of, rows_of
-from bwdiag.diagnose.model import Finding, FindingKind
+from bwdiag.diagnose.findings.base import RuleContext, RuleResult
+from bwdiag.diagnose.findings.helpers import fmt_time, groups_of, kernel_label, rows_of
+from bwdiag.diagnose.model import FindingKind
 
 SMALL = ("gemm", "conv", "attention")
 
 
-@rule
-def small_kernels(ctx: RuleContext) -> list[Finding]:
+def small_kernels(ctx: RuleContext) -> list[RuleResult]:
     """Latency-bound matrix kernels with known work: batch more rows per launch."""
     saving = time = best = 0.0
     acts, items = defaultdict(list), []

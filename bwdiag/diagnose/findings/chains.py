@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from bwdiag.costs import Category
-from bwdiag.diagnose.findings.base import arg_bytes, output_bytes
+from bwdiag.diagnose.findings.helpers import arg_bytes, output_bytes
 from bwdiag.diagnose.names import name_matches
 
 FUSABLE = frozenset({

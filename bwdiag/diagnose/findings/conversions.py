@@ -14,15 +14,15 @@ from collections import defaultdict
 
 import numpy as np
 
-from bwdiag.diagnose.findings.base import RuleContext, op_chain, op_column, rule, tensor_sizes
-from bwdiag.diagnose.model import Finding, FindingKind
+from bwdiag.diagnose.findings.base import RuleContext, RuleResult
+from bwdiag.diagnose.findings.helpers import op_chain, op_column, tensor_sizes
+from bwdiag.diagnose.model import FindingKind
 
 _LAYOUT_KERNEL = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|NCHWToNHWC|NHWCToNCHW|convertTensor", re.I)
 _MATERIALISE = ("aten::contiguous", "aten::clone", "aten::reshape")
 
 
-@rule
-def layout_conversions(ctx: RuleContext) -> list[Finding]:
+def layout_conversions(ctx: RuleContext) -> list[RuleResult]:
     """Kernels whose only job is to change a tensor's memory layout."""
     time, acts_of, convert, transpose, modules = 0.0, defaultdict(list), 0, 0, []
     for pos, a in enumerate(ctx.analyses):
@@ -94,8 +94,7 @@ def _strided_source(ops, op: int, arg: int) -> bool:
     return not ok
 
 
-@rule
-def dtype_round_trips(ctx: RuleContext) -> list[Finding]:
+def dtype_round_trips(ctx: RuleContext) -> list[RuleResult]:
     """A cast A→B followed on the same stream by a cast B→A of the same shape, nothing in between."""
     time, acts_of, pairs, example = 0.0, defaultdict(list), 0, None
     for pos, a in enumerate(ctx.analyses):

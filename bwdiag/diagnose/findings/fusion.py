@@ -10,15 +10,10 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 
-from bwdiag.diagnose.findings.base import (
-    RuleContext,
-    fmt_bandwidth,
-    fmt_bytes,
-    fmt_time,
-    rule,
-)
+from bwdiag.diagnose.findings.base import RuleContext, RuleResult
 from bwdiag.diagnose.findings.chains import fusable_runs
-from bwdiag.diagnose.model import Finding, FindingKind
+from bwdiag.diagnose.findings.helpers import fmt_bandwidth, fmt_bytes, fmt_time
+from bwdiag.diagnose.model import FindingKind
 
 #: Most fusion findings reported (the largest patterns); the rest are summed into the last line.
 MAX_PATTERNS = 5
@@ -28,8 +23,7 @@ _RMS_OPS = {"aten::pow", "aten::mean", "aten::rsqrt"}
 _GELU = re.compile(r"gelu", re.I)
 
 
-@rule
-def fusion(ctx: RuleContext) -> list[Finding]:
+def fusion(ctx: RuleContext) -> list[RuleResult]:
     """Runs of unfused memory-bound kernels over same-size tensors, one finding per repeated pattern."""
     patterns: dict[tuple, list] = defaultdict(list)  # op-name sequence -> [(rank, run)]
     for rank_pos, a in enumerate(ctx.analyses):
@@ -49,7 +43,7 @@ def fusion(ctx: RuleContext) -> list[Finding]:
     return findings
 
 
-def _finding(ctx: RuleContext, names: tuple, runs: list) -> Finding | None:
+def _finding(ctx: RuleContext, names: tuple, runs: list) -> RuleResult | None:
     saving = sum(r.saving_us for _, r in runs) / ctx.ranks
     if not ctx.worth_reporting(saving):
         return None

@@ -1,50 +1,31 @@
-"""The GPU idles on the host: syncs, the data loader, pageable copies (``extras["idle"]``), and
+"""The GPU idles on the host: syncs, the data loader, Python between kernels (``ctx.idle``), and
 ``Memcpy … (Pageable …)`` transfers seen in the activities themselves."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from bwdiag.diagnose.findings.base import RuleContext, fmt_bytes, fmt_time, rule, short_list
-from bwdiag.diagnose.model import Finding, FindingKind
+from bwdiag.diagnose.findings.base import RuleContext, RuleResult
+from bwdiag.diagnose.findings.helpers import (
+    fmt_bytes,
+    fmt_time,
+    looks_launch_bound,
+    short_list,
+    unexplained_host_wait,
+)
+from bwdiag.diagnose.model import FindingKind
 
 
-def _idle(ctx: RuleContext) -> dict | None:
-    idle = ctx.extras.get("idle")
-    return idle if isinstance(idle, dict) else None
-
-
-def unexplained_host_wait(ctx: RuleContext) -> float:
-    """Host-wait idle (µs) that no sync or data-loader wait accounts for: the GPU waiting for
-    Python / the framework to launch the next kernel. (Pageable copies are device time, not idle.)"""
-    idle = _idle(ctx)
-    if idle is None:
-        return 0.0
-    causes = idle.get("causes") or {}
-    explained = sum(float(causes.get(k) or 0.0) for k in ("sync_us", "data_loader_us"))
-    return max(0.0, float(idle.get("host_wait_us") or 0.0) - explained)
-
-
-def looks_launch_bound(ctx: RuleContext) -> bool:
-    """Most kernels are tiny (or the timeline says launch-bound): the wait is per-launch overhead."""
-    launch = ctx.extras.get("launch")
-    if not isinstance(launch, dict) or not launch.get("kernels"):
-        return False
-    return bool(launch.get("launch_bound")) or int(launch.get("short_kernels") or 0) >= int(launch["kernels"]) / 2
-
-
-@rule
-def sync_points(ctx: RuleContext) -> list[Finding]:
+def sync_points(ctx: RuleContext) -> list[RuleResult]:
     """GPU idle caused by host synchronisation (``.item()``, ``.cpu()``, ``cudaDeviceSynchronize``)."""
-    idle = _idle(ctx)
+    idle = ctx.idle
     if ctx.is_cpu or idle is None:
         return []
-    saving = float((idle.get("causes") or {}).get("sync_us") or 0.0)
+    saving = idle.sync_us
     if not ctx.worth_reporting(saving):
         return []
-    tops = idle.get("top_syncs") or []
     evidence = [f"the GPU idles {fmt_time(saving)} while the host waits on synchronisation → {ctx.per_step(saving)}"]
-    evidence += [f"{s.get('name')}: {s.get('count')}× {fmt_time(float(s.get('total_us') or 0))}" for s in tops[:4]]
+    evidence += [f"{s.name}: {s.count}× {fmt_time(s.total_us)}" for s in idle.top_syncs[:4]]
     fix = ("# keep values on the GPU: log every N steps, not every step\n"
            "if step % 100 == 0:\n    print(loss.item())\n"
            "# avoid implicit syncs: torch.nonzero / boolean-mask indexing / .cpu() inside the step;\n"
@@ -53,13 +34,12 @@ def sync_points(ctx: RuleContext) -> list[Finding]:
                         idle_us=saving)]
 
 
-@rule
-def data_loader(ctx: RuleContext) -> list[Finding]:
+def data_loader(ctx: RuleContext) -> list[RuleResult]:
     """GPU idle while the host fetches the next batch."""
-    idle = _idle(ctx)
+    idle = ctx.idle
     if idle is None:
         return []
-    saving = float((idle.get("causes") or {}).get("data_loader_us") or 0.0)
+    saving = idle.data_loader_us
     if not ctx.worth_reporting(saving):
         return []
     evidence = [f"the device idles {fmt_time(saving)} inside DataLoader __next__ → {ctx.per_step(saving)}"]
@@ -69,19 +49,18 @@ def data_loader(ctx: RuleContext) -> list[Finding]:
                         saving, evidence, fix, idle_us=saving)]
 
 
-@rule
-def host_bound(ctx: RuleContext) -> list[Finding]:
+def host_bound(ctx: RuleContext) -> list[RuleResult]:
     """GPU idle waiting on the host that no specific cause explains, when kernels are not tiny
-    (tiny kernels: see the launch-overhead rule, which claims the same wait)."""
-    idle = _idle(ctx)
+    (tiny kernels: the launch-overhead rule reports the same wait instead)."""
+    idle = ctx.idle
     if ctx.is_cpu or idle is None or looks_launch_bound(ctx):
         return []
-    host = float(idle.get("host_wait_us") or 0.0)
+    host = idle.host_wait_us
     saving = unexplained_host_wait(ctx)
     if not ctx.worth_reporting(saving):
         return []
     evidence = [
-        f"the GPU waits on the host for {fmt_time(host)} in {int(idle.get('gaps') or 0):,} gaps; "
+        f"the GPU waits on the host for {fmt_time(host)} in {int(idle.gaps):,} gaps; "
         f"syncs and the data loader explain {fmt_time(host - saving)}",
         f"the rest, {ctx.per_step(saving)}, is Python / framework time between kernels",
     ]
@@ -91,8 +70,7 @@ def host_bound(ctx: RuleContext) -> list[Finding]:
                         idle_us=saving)]
 
 
-@rule
-def pageable_memcpy(ctx: RuleContext) -> list[Finding]:
+def pageable_memcpy(ctx: RuleContext) -> list[RuleResult]:
     """Host↔device copies from pageable memory: staged through a bounce buffer and synchronous."""
     if ctx.is_cpu:
         return []

@@ -13,9 +13,9 @@ from collections import defaultdict
 import pandas as pd
 
 from bwdiag.costs import dtype_bytes
-from bwdiag.diagnose.findings.base import RuleContext, fmt_bytes, fmt_time, op_column, rule
-from bwdiag.diagnose.findings.gemm_util import groups_of, rows_of
-from bwdiag.diagnose.model import Finding, FindingKind
+from bwdiag.diagnose.findings.base import RuleContext, RuleResult
+from bwdiag.diagnose.findings.helpers import fmt_bytes, fmt_time, groups_of, op_column, rows_of
+from bwdiag.diagnose.model import FindingKind
 
 #: Decode: at most this many query positions per call …
 MAX_QUERY_LEN = 4
@@ -35,8 +35,7 @@ def cache_bytes(q: list, k: list, v: list, elem: int) -> float | None:
     return float((k[0] * k[1] * k[2] * k[3] + v[0] * v[1] * v[2] * v[3]) * elem)
 
 
-@rule
-def kv_cache_quantization(ctx: RuleContext) -> list[Finding]:
+def kv_cache_quantization(ctx: RuleContext) -> list[RuleResult]:
     """Memory-bound decode attention whose bytes are the KV cache: an 8-bit cache."""
     saving = time = cache_total = 0.0
     acts, items = defaultdict(list), []

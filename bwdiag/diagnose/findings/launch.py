@@ -1,6 +1,6 @@
 """Launch overhead: many tiny kernels and GPU gaps waiting on the host to launch the next one.
 
-Uses the timeline facts in ``extras["launch"]`` (kernel count, short kernels) and ``extras["idle"]``.
+Uses the timeline facts ``ctx.launch`` (kernel count, short kernels) and ``ctx.idle``.
 The saving is the host-wait idle that syncs and the data loader do not explain:
 the GPU waiting for the next launch. A CUDA graph replays the whole sequence with one launch. GPU
 traces only.
@@ -8,29 +8,28 @@ traces only.
 
 from __future__ import annotations
 
-from bwdiag.diagnose.findings.base import RuleContext, fmt_time, rule
-from bwdiag.diagnose.findings.host import looks_launch_bound, unexplained_host_wait
-from bwdiag.diagnose.model import Finding, FindingKind
+from bwdiag.diagnose.findings.base import RuleContext, RuleResult
+from bwdiag.diagnose.findings.helpers import fmt_time, looks_launch_bound, unexplained_host_wait
+from bwdiag.diagnose.model import FindingKind
 
 
-@rule
-def launch_overhead(ctx: RuleContext) -> list[Finding]:
+def launch_overhead(ctx: RuleContext) -> list[RuleResult]:
     """GPU idle between launches when the host cannot keep the queue fed."""
-    launch = ctx.extras.get("launch")
-    if ctx.is_cpu or not isinstance(launch, dict):
+    launch = ctx.launch
+    if ctx.is_cpu or launch is None:
         return []
     gap = unexplained_host_wait(ctx)
-    kernels = int(launch.get("kernels") or 0)
-    short = int(launch.get("short_kernels") or 0)
+    kernels = int(launch.kernels)
+    short = int(launch.short_kernels)
     if not looks_launch_bound(ctx) or not ctx.worth_reporting(gap):
         return []
     evidence = [
-        f"{short:,} of {kernels:,} kernels run under 10 µs ({fmt_time(float(launch.get('short_kernel_us') or 0))} "
+        f"{short:,} of {kernels:,} kernels run under 10 µs ({fmt_time(launch.short_kernel_us)} "
         f"in all); the GPU waits {fmt_time(gap)} between them for the next launch (host wait not "
         f"explained by syncs or the data loader)",
-        f"launch API calls take {fmt_time(float(launch.get('cpu_launch_us') or 0))} on the host vs "
-        f"{fmt_time(float(launch.get('gpu_busy_us') or 0))} of GPU work"
-        + (f"; mean queue length {launch['mean_queue_length']:.1f}" if launch.get("mean_queue_length") is not None else ""),
+        f"launch API calls take {fmt_time(launch.cpu_launch_us)} on the host vs "
+        f"{fmt_time(launch.gpu_busy_us)} of GPU work"
+        + (f"; mean queue length {launch.mean_queue_length:.1f}" if launch.mean_queue_length is not None else ""),
         f"one graph replay instead of {kernels:,} launches removes the gaps → {ctx.per_step(gap)}",
     ]
     fix = ("model = torch.compile(model, mode=\"reduce-overhead\")  # CUDA graphs + fusion\n"

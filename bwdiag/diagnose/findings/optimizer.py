@@ -15,24 +15,16 @@ from collections import defaultdict
 import numpy as np
 import pandas as pd
 
-from bwdiag.diagnose.findings.base import (
-    RuleContext,
-    fmt_bandwidth,
-    fmt_bytes,
-    fmt_time,
-    op_column,
-    rule,
-    tensor_sizes,
-)
-from bwdiag.diagnose.model import Finding, FindingKind
+from bwdiag.diagnose.findings.base import RuleContext, RuleResult
+from bwdiag.diagnose.findings.helpers import fmt_bandwidth, fmt_bytes, fmt_time, op_column, tensor_sizes
+from bwdiag.diagnose.model import FindingKind
 
 STEP = re.compile(r"^Optimizer\.step#(\w+)\.step$")
 ALREADY_BATCHED = re.compile(r"multi_tensor_apply|_foreach_|fused_adam|FusedAdam|_fused_", re.I)
 FUSED_TENSORS = 7  # read param, grad, exp_avg, exp_avg_sq; write param, exp_avg, exp_avg_sq
 
 
-@rule
-def per_parameter_optimizer(ctx: RuleContext) -> list[Finding]:
+def per_parameter_optimizer(ctx: RuleContext) -> list[RuleResult]:
     """Adam/AdamW steps whose kernels are per-parameter elementwise ops: ``fused=True``."""
     moved = time = fused = 0.0
     params = 0

@@ -1,7 +1,7 @@
 """Overlap: collective time no compute kernel hides, and cutting volume where it cannot be hidden.
 
 Saving ≤ the exposed time (``CollectiveRow.exposed_us``): overlapping a collective with compute can
-at best hide all of it. For small, latency-dominated collectives (the α of ``extras["comm_fit"]``
+at best hide all of it. For small, latency-dominated collectives (the α of ``ctx.comm_fit``
 is most of each call) bigger buckets cut the per-call latency instead.
 """
 
@@ -11,8 +11,9 @@ from collections import defaultdict
 
 import numpy as np
 
-from bwdiag.diagnose.findings.base import RuleContext, fmt_bytes, fmt_time, kernel_label, rule
-from bwdiag.diagnose.model import Finding, FindingKind
+from bwdiag.diagnose.findings.base import RuleContext, RuleResult
+from bwdiag.diagnose.findings.helpers import fmt_bytes, fmt_time, kernel_label
+from bwdiag.diagnose.model import FindingKind
 
 _FIX = {
     "all_reduce": ("model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=100,\n"
@@ -36,8 +37,7 @@ _DEFAULT_FIX = ("# issue the collective asynchronously and wait only where its r
                 "work = dist.all_reduce(t, async_op=True)\n...  # independent compute here\nwork.wait()")
 
 
-@rule
-def exposed_collectives(ctx: RuleContext) -> list[Finding]:
+def exposed_collectives(ctx: RuleContext) -> list[RuleResult]:
     """One finding per collective type whose exposed time is worth hiding."""
     if ctx.is_cpu:  # record_param_comms spans on a CPU trace are not device time to overlap
         return []
@@ -73,19 +73,19 @@ def exposed_collectives(ctx: RuleContext) -> list[Finding]:
 MAX_PLAUSIBLE_ALPHA_US = 1000.0
 
 
-def _latency_dominated(ctx: RuleContext) -> list[Finding]:
+def _latency_dominated(ctx: RuleContext) -> list[RuleResult]:
     """Many small collectives whose time is mostly the fixed α per call: fewer, bigger buckets.
 
     A message is latency-dominated below the half-performance size n½ = α·β (transfer time equals
     the fixed latency there) when α·calls is at least half its time."""
-    fit = ctx.extras.get("comm_fit")
-    if not isinstance(fit, dict) or not fit.get("alpha_us") or not fit.get("beta_bytes_per_s"):
+    fit = ctx.comm_fit
+    if fit is None:
         return []
-    alpha = float(fit["alpha_us"])
+    alpha = fit.alpha_us
     if not 0 < alpha <= MAX_PLAUSIBLE_ALPHA_US:
         return []
-    n_half = alpha / 1e6 * float(fit["beta_bytes_per_s"])
-    kind = fit.get("collective")
+    n_half = alpha / 1e6 * fit.beta_bytes_per_s
+    kind = fit.collective
     small = [c for c in ctx.diagnosis.collectives
              if (kind is None or c.collective == kind) and c.count > 1 and c.total_us > 0
              and c.bytes is not None and c.bytes <= n_half and alpha * c.count >= 0.5 * c.total_us]

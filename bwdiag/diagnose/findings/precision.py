@@ -12,9 +12,18 @@ from collections import defaultdict
 
 import pandas as pd
 
-from bwdiag.diagnose.findings.base import RuleContext, fmt_flops, fmt_time, kernel_label, rule
-from bwdiag.diagnose.findings.gemm_util import FP32_SIMT, MATRIX, TF32, groups_of, rows_of, share_of_roof
-from bwdiag.diagnose.model import Finding, FindingKind
+from bwdiag.diagnose.findings.base import RuleContext, RuleResult
+from bwdiag.diagnose.findings.helpers import (
+    MATRIX,
+    fmt_flops,
+    fmt_time,
+    groups_of,
+    kernel_label,
+    rows_of,
+    share_of_roof,
+)
+from bwdiag.diagnose.model import FindingKind
+from bwdiag.diagnose.tensor_units import on_fp32_vector_units
 
 FP8_DEVICES_NOTE = "H100/H200/B200/MI300X-class fp8 tensor cores"
 
@@ -23,17 +32,7 @@ def _peak(ctx: RuleContext, dtype: str) -> float | None:
     return ctx.diagnosis.device.peak_flops.get(dtype)
 
 
-def _is_fp32_simt(g) -> bool:
-    name = str(g.name)
-    if g.dtype == "tf32" or TF32.search(name):
-        return False
-    if g.dtype == "fp32":
-        return not bool(g.tensor)
-    return g.dtype is None and bool(FP32_SIMT.search(name))
-
-
-@rule
-def fp32_on_vector_units(ctx: RuleContext) -> list[Finding]:
+def fp32_on_vector_units(ctx: RuleContext) -> list[RuleResult]:
     """fp32 GEMM/conv kernels not on tensor cores, on a GPU whose tensor cores take bf16/fp16."""
     if ctx.is_cpu:
         return []
@@ -48,7 +47,7 @@ def fp32_on_vector_units(ctx: RuleContext) -> list[Finding]:
     acts, items = defaultdict(list), []
     for pos, a, groups in groups_of(ctx):
         for g in groups.itertuples():
-            if g.category not in MATRIX or not _is_fp32_simt(g):
+            if g.category not in MATRIX or not on_fp32_vector_units(str(g.name), g.dtype, bool(g.tensor)):
                 continue
             share = share_of_roof(g)
             if pd.notna(g.flops) and pd.notna(g.bytes) and share:
@@ -82,8 +81,7 @@ def fp32_on_vector_units(ctx: RuleContext) -> list[Finding]:
                         saving, evidence, fix.rstrip(), acts=acts)]
 
 
-@rule
-def bf16_to_fp8(ctx: RuleContext) -> list[Finding]:
+def bf16_to_fp8(ctx: RuleContext) -> list[RuleResult]:
     """Compute-bound bf16/fp16 GEMMs on a GPU with fp8 tensor cores: fp8 as a further step."""
     if ctx.is_cpu:
         return []

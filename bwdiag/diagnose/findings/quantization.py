@@ -10,16 +10,15 @@ from collections import defaultdict
 
 import pandas as pd
 
-from bwdiag.diagnose.findings.base import RuleContext, fmt_bytes, fmt_time, kernel_label, rule
-from bwdiag.diagnose.findings.gemm_util import groups_of, rows_of, weight_bytes
-from bwdiag.diagnose.model import Finding, FindingKind
+from bwdiag.diagnose.findings.base import RuleContext, RuleResult
+from bwdiag.diagnose.findings.helpers import fmt_bytes, fmt_time, groups_of, kernel_label, rows_of, weight_bytes
+from bwdiag.diagnose.model import FindingKind
 
 #: A GEMM is weight-dominated when the weight is at least this share of its traffic.
 MIN_WEIGHT_SHARE = 0.5
 
 
-@rule
-def weight_only_quantization(ctx: RuleContext) -> list[Finding]:
+def weight_only_quantization(ctx: RuleContext) -> list[RuleResult]:
     """Memory-bound Linear GEMMs whose traffic is mostly the weight: int8 / int4 weight-only."""
     if ctx.is_cpu:
         return []

@@ -4,31 +4,34 @@ Findings are taken largest first. Each finding's saving is scaled down by the sh
 activities an earlier finding already claimed (the same kernel is never saved twice), then split
 over the bound classes its activities sit in (by their time) and capped by what each class has
 left — idle time for findings that act on GPU idle. The projected window is the total minus what
-survives; ``extras["projected_us"]`` holds it and ``extras["whatif"]`` the per-finding detail.
+survives; :func:`project` returns it as ``projected_us`` and the per-finding detail as ``whatif``
+(:func:`~bwdiag.diagnose.findings.base.with_findings` stores both with the diagnosis).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Sequence
 
 import numpy as np
 
-from bwdiag.diagnose.findings.base import RuleContext, Target
-from bwdiag.diagnose.model import TIME_KEYS, Finding
+from bwdiag.diagnose.findings.base import RuleContext, RuleResult
+from bwdiag.diagnose.model import TIME_KEYS
 
 #: How many findings the projection applies (the report lists the top ones first).
 TOP_FINDINGS = 10
 
 
-def project(ctx: RuleContext, findings: list[Finding]) -> dict:
-    """``{"projected_us", "whatif"}`` for the top findings (already sorted by saving)."""
+def project(ctx: RuleContext, results: Sequence[RuleResult]) -> dict:
+    """``{"projected_us", "whatif"}`` for the top results (already sorted by saving), each drawing
+    on the activities or idle time it acts on."""
     total = ctx.total_us
     left = {k: float(ctx.diagnosis.time.by_bound.get(k, 0.0)) for k in TIME_KEYS}
     claimed: dict[int, set[int]] = defaultdict(set)
     applied, saved = [], 0.0
-    for f in findings[:TOP_FINDINGS]:
-        target = ctx.targets.get(id(f), Target())
-        by_class = _by_class(ctx, target, claimed)
+    for result in results[:TOP_FINDINGS]:
+        f = result.finding
+        by_class = _by_class(ctx, result, claimed)
         want = f.est_saving_us * by_class.pop("_fresh_share", 1.0)
         weight = sum(by_class.values())
         take = 0.0
@@ -50,12 +53,12 @@ def project(ctx: RuleContext, findings: list[Finding]) -> dict:
                        "speedup": float(total / projected) if projected > 0 else None}}
 
 
-def _by_class(ctx: RuleContext, target: Target, claimed: dict[int, set[int]]) -> dict[str, float]:
+def _by_class(ctx: RuleContext, result: RuleResult, claimed: dict[int, set[int]]) -> dict[str, float]:
     """µs (mean per rank) of the finding's not-yet-claimed activities per bound class, plus idle;
     ``_fresh_share`` is the share of its activity time no earlier finding claimed."""
     out: dict[str, float] = defaultdict(float)
     fresh = whole = 0.0
-    for pos, rows in target.acts.items():
+    for pos, rows in result.acts.items():
         if not len(rows):
             continue
         a = ctx.analyses[pos]
@@ -68,9 +71,9 @@ def _by_class(ctx: RuleContext, target: Target, claimed: dict[int, set[int]]) ->
         for b, d in zip(bound[new], dur[new]):
             out[b if b in TIME_KEYS else "unknown"] += d / ctx.ranks
         claimed[pos].update(rows.tolist())
-    if target.idle_us:
-        out["idle"] += target.idle_us
-    result = dict(out)
+    if result.idle_us:
+        out["idle"] += result.idle_us
+    shares = dict(out)
     if whole > 0:
-        result["_fresh_share"] = (fresh + target.idle_us * ctx.ranks) / (whole + target.idle_us * ctx.ranks)
-    return result
+        shares["_fresh_share"] = (fresh + result.idle_us * ctx.ranks) / (whole + result.idle_us * ctx.ranks)
+    return shares
