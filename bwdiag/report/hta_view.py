@@ -59,6 +59,9 @@ def compare(diagnosis: Diagnosis, result: dict[str, Any]) -> dict[str, Any]:
     rounded = any(_ROUNDING in m for m in said)
     steps = list(result.get("profiler_steps") or ())
     notes: list[str] = []
+    if diagnosis.source.trace_kind == "cpu":
+        notes.append("This is a CPU-only trace: HTA analyses GPU events only, while bwdiag's figures here are "
+                     "of CPU ops, so the two columns measure different things.")
     if any(_NO_RANK in m for m in said):
         notes.append("A trace names no rank (no distributedInfo.rank): HTA took it as rank 0.")
     if len(steps) >= 2:
@@ -187,7 +190,7 @@ def _rank_notes(h: dict, hta: dict, bw: dict, steps: list[int], rounded: bool) -
     notes.append("Compute: HTA counts the union of computation kernels (copies and collectives out); bwdiag the "
                  "busy time not given to exposed communication (copies in). Non-compute is the rest of busy time "
                  "in each: HTA's holds copies and collectives, bwdiag's only exposed communication.")
-    if hta["overlap_pct"] is not None or bw["overlap_pct"] is not None:
+    if hta["overlap_pct"] is not None and bw["overlap_pct"] is not None:
         notes.append("Overlap has one definition in both (share of the communication time with a computation "
                      "kernel running), so it differs only by the events each side counts.")
     return notes
@@ -217,12 +220,14 @@ def table_rows(rank: dict[str, Any]) -> list[dict[str, str]]:
     rows = []
     for key, label, unit in ROWS:
         a, b = rank["hta"].get(key), rank["bwdiag"].get(key)
-        if unit == "us":
+        if a is None or b is None:
+            diff = "—"
+        elif unit == "us":
             diff = _diff(a, b)
-        elif unit == "pct":
-            diff = "—" if a is None or b is None else f"{a - b:+.2f} pt"
         else:
-            diff = "—" if a is None or b is None else f"{a - b:+,}"
+            d = a - b
+            sign = "+" if d > 0 else "−" if d < 0 else "±"
+            diff = f"{sign}{abs(d):.2f} pt" if unit == "pct" else f"{sign}{fmt_count(abs(d))}"
         rows.append({"key": key, "label": label, "hta": fmt_value(a, unit), "bwdiag": fmt_value(b, unit), "diff": diff})
     return rows
 

@@ -22,6 +22,7 @@ import math
 import re
 import tempfile
 import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -167,6 +168,12 @@ def _profiler_steps(trace) -> list[int]:
     return sorted(steps)
 
 
+def describe(err: BaseException) -> str:
+    """``Type: message`` of an exception HTA raised (just the type when the message is empty)."""
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
 def run_analyses(paths: list[Path]) -> dict[str, Any]:
     """HTA's temporal breakdown, comm/comp overlap and kernel breakdown on ``paths``, as plain data.
 
@@ -180,7 +187,8 @@ def run_analyses(paths: list[Path]) -> dict[str, Any]:
     started = time.perf_counter()
     out: dict[str, Any] = {"version": getattr(hta, "__version__", None), "include_last_profiler_step": False,
                            "ranks": {}, "kernel_types": [], "top_kernels": [], "errors": []}
-    with _listen_to_hta() as heard, _rank_folder(paths) as folder:
+    with _listen_to_hta() as heard, _rank_folder(paths) as folder, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # numpy/pandas warnings from inside HTA (0/0 overlap without collectives)
         analysis = _load(folder)
         trace = analysis.t
         out["profiler_steps"] = _profiler_steps(trace)
@@ -202,7 +210,7 @@ def run_analyses(paths: list[Path]) -> dict[str, Any]:
             try:
                 fn()
             except Exception as err:  # noqa: BLE001 - a failing HTA analysis is reported, the rest go on
-                out["errors"].append(f"HTA's {name} failed on these traces ({type(err).__name__}: {err})")
+                out["errors"].append(f"HTA's {name} failed on these traces ({describe(err)})")
 
         def temporal() -> None:
             df = analysis.get_temporal_breakdown(visualize=False)
