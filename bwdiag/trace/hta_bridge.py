@@ -238,9 +238,8 @@ def run_analyses(paths: list[Path]) -> dict[str, Any]:
                 sums.setdefault(rank, {}).setdefault(kind, 0.0)
                 sums[rank][kind] += total  # the "others" row holds the rest: the sum is every kernel's
                 if row["name"] != "others":
-                    mean = _num(row["mean (us)"])
                     top.append({"rank": rank, "name": str(row["name"]), "type": kind, "us": total,
-                                "count": round(total / mean) if mean else None})
+                                "mean_us": _num(row["mean (us)"]), "max_us": _num(row["max (us)"])})
             for rank, by in sums.items():
                 ranks.setdefault(rank, {})["kernel_us_by_type"] = by
             top.sort(key=lambda k: (k["rank"], -k["us"]))
