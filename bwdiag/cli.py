@@ -134,7 +134,7 @@ def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | N
                                  graph_capture=graph_capture or None)
     hta = None
     if with_hta:
-        diagnosis, hta = pipeline.compare_with_hta(traces, diagnosis)
+        diagnosis, hta = pipeline.compare_with_hta(traces, diagnosis, progress=sys.stderr.isatty())
     outputs = pipeline.write_outputs(diagnosis, out_dir, force=True, hta=hta)
     pipeline.print_summary(diagnosis, outputs, hta=hta)
     if open_report:

@@ -46,7 +46,8 @@ def require_hta() -> None:
     require()
 
 
-def compare_with_hta(paths: Sequence[str | os.PathLike], diagnosis: Diagnosis) -> tuple[Diagnosis, dict]:
+def compare_with_hta(paths: Sequence[str | os.PathLike], diagnosis: Diagnosis, *,
+                     progress: bool = False) -> tuple[Diagnosis, dict]:
     """Run HTA's own analyses on the files ``analyze(paths)`` read and set them beside ``diagnosis``.
 
     Returns the diagnosis (with a warning added when HTA, or one of its analyses, fails on these
@@ -60,7 +61,9 @@ def compare_with_hta(paths: Sequence[str | os.PathLike], diagnosis: Diagnosis) -
 
     files = find_trace_files(list(paths))
     try:
-        result = hta_bridge.run_analyses(files)
+        with _progress(progress, files) as bar:
+            bar.phase("running HTA's analyses")
+            result = hta_bridge.run_analyses(files)
     except Exception as err:  # noqa: BLE001 - HTA failing on a trace must not cost the user bwdiag's report
         hint = f"; {hta_bridge.INSTALL_HINT}" if isinstance(err, ImportError) else ""
         message = f"HTA could not analyse these traces ({hta_bridge.describe(err)}){hint}"
