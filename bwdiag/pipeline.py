@@ -67,7 +67,7 @@ def compare_with_hta(paths: Sequence[str | os.PathLike], diagnosis: Diagnosis, *
     except Exception as err:  # noqa: BLE001 - HTA failing on a trace must not cost the user bwdiag's report
         hint = f"; {hta_bridge.INSTALL_HINT}" if isinstance(err, ImportError) else ""
         message = f"HTA could not analyse these traces ({hta_bridge.describe(err)}){hint}"
-        section = hta_view.failed(message)
+        section = hta_view.failed(message, hta_bridge.version())
     else:
         section = hta_view.compare(diagnosis, result)
     if section["errors"]:

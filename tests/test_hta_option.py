@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 import tempfile
@@ -212,3 +213,34 @@ def test_hta_failing_on_a_real_trace_is_a_warning(tmp_path):
     assert doc["hta"]["error"] in doc["warnings"] and f"warning: {doc['hta']['error']}" in done.stderr
     assert doc["hta"]["ranks"] == [] and doc["kernels"] and doc["findings"]
     assert ": no figures (see the warning above)." in done.stderr
+
+
+def _dist(req: str) -> str:
+    return re.split(r"[<>=!~\[; ]", req, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_default_install_declares_every_import_and_keeps_hta_an_extra():
+    """Every third-party package bwdiag/ imports is a declared dependency, except HTA: an extra,
+    imported only by bwdiag/trace/hta_bridge.py, and part of the test extra (the suite's oracle)."""
+    import ast
+    import tomllib
+    from importlib.metadata import packages_distributions
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = {_dist(r) for r in project["dependencies"]}
+    imports: dict[str, set[str]] = {}
+    for path in (REPO / "bwdiag").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
+            for name in names:
+                imports.setdefault(name.split(".")[0], set()).add(str(path.relative_to(REPO)))
+    third_party = set(imports) - set(sys.stdlib_module_names) - {"bwdiag", "__future__"}
+    dists = packages_distributions()
+    undeclared = {m for m in third_party - {"hta"} if not {_dist(d) for d in dists.get(m, [m])} & declared}
+    assert not undeclared, f"imported but not in [project] dependencies: {sorted(undeclared)}"
+    assert {"numpy", "markupsafe", "orjson", "psutil"} <= declared
+    assert imports["hta"] == {"bwdiag/trace/hta_bridge.py"}
+    assert "holistictraceanalysis" not in declared
+    assert [_dist(r) for r in project["optional-dependencies"]["hta"]] == ["holistictraceanalysis"]
+    assert "bwdiag[hta]" in project["optional-dependencies"]["test"]

@@ -8,6 +8,15 @@ optional ``hta`` field). The terminal (:func:`print_terminal`) and the page (the
 Per rank, the same keys on both sides (``ROWS``), then sentences worked out from the figures: the
 windows each tool measures, what HTA's last-ProfilerStep filter dropped, what its rounding of
 ns-resolution events took off, and how idle follows from window and busy time in both.
+
+The section::
+
+    {version, error (None, or why HTA produced nothing), seconds, include_last_profiler_step,
+     profiler_steps, notes: [str], errors: [str] (also in the diagnosis' warnings),
+     ranks: [{rank, hta: {ROWS keys}, bwdiag: {ROWS keys}, notes: [str]}],
+     kernel_types: [{type, us, pct}]  (HTA's kernel type breakdown, all ranks),
+     top_kernels: [{rank, name, type, us, mean_us, max_us, bwdiag_us, bwdiag_count}],
+     hta_said: [HTA's other warnings]}
 """
 
 from __future__ import annotations
@@ -42,6 +51,8 @@ _TYPE_KEY = {"COMPUTATION": "computation_us", "COMMUNICATION": "communication_us
 _CHATTER = ("Parsed ", "Overall parsing", "leaving ")
 _ROUNDING = "Rounding down ns resolution"
 _NO_RANK = "does not have the rank specified"
+#: HTA warnings the notes already say in full (one step, no step).
+_SAID_IN_NOTES = (_ROUNDING, _NO_RANK, "only one iteration in the trace", "ProfilerStep not found")
 
 TERMINAL_RANKS = 4
 
@@ -82,10 +93,11 @@ def compare(diagnosis: Diagnosis, result: dict[str, Any]) -> dict[str, Any]:
         hta_side = _hta_figures(h)
         bw_side = _bwdiag_figures(diagnosis, rank)
         ranks.append({"rank": rank, "hta": hta_side, "bwdiag": bw_side,
-                      "notes": _rank_notes(h, hta_side, bw_side, steps, rounded)})
-    top = [dict(k, bwdiag_us=_kernel_us(diagnosis, k["rank"], k["name"])[0],
-                bwdiag_count=_kernel_us(diagnosis, k["rank"], k["name"])[1])
-           for k in result.get("top_kernels", ())]
+                      "notes": _rank_notes(h, hta_side, bw_side, rounded)})
+    top = []
+    for k in result.get("top_kernels", ()):
+        us, count = _kernel_us(diagnosis, k["rank"], k["name"])
+        top.append({**k, "bwdiag_us": us, "bwdiag_count": count})
     return _finite({
         "version": result.get("version"),
         "error": None,
@@ -96,7 +108,7 @@ def compare(diagnosis: Diagnosis, result: dict[str, Any]) -> dict[str, Any]:
         "kernel_types": list(result.get("kernel_types", ())),
         "top_kernels": top,
         "notes": notes,
-        "hta_said": [m for m in said if _ROUNDING not in m and _NO_RANK not in m],
+        "hta_said": [m for m in said if not any(known in m for known in _SAID_IN_NOTES)],
         "errors": list(result.get("errors", ())),
     })
 
@@ -158,7 +170,7 @@ def _diff(a: float | None, b: float | None) -> str:
     return "—" if a is None or b is None else _signed(a - b)
 
 
-def _rank_notes(h: dict, hta: dict, bw: dict, steps: list[int], rounded: bool) -> list[str]:
+def _rank_notes(h: dict, hta: dict, bw: dict, rounded: bool) -> list[str]:
     """Why this rank's figures differ, each sentence computed from the two sides."""
     notes = []
     parsed, kept = h.get("kernels_parsed"), h.get("kernels")

@@ -49,6 +49,16 @@ def available() -> bool:
         return False
 
 
+def version() -> str | None:
+    """The installed HTA's version, read from its metadata (HTA itself is not imported)."""
+    from importlib.metadata import PackageNotFoundError, version as dist_version
+
+    try:
+        return dist_version("holistictraceanalysis")
+    except PackageNotFoundError:
+        return None
+
+
 def require() -> None:
     """Raise :class:`HtaMissingError` (one line naming the fix) unless HTA is installed."""
     if not available():
