@@ -120,21 +120,30 @@ def _default_out(paths: tuple[str, ...]) -> Path:
 @click.option("--graph-capture", "graph_capture", multiple=True, type=click.Path(path_type=Path),
               metavar="FILE", help="Capture-time trace (or folder of them) that prices CUDA/HIP graph replays "
                                    "[default: capture_traces/ beside the trace, as vLLM writes it]. Repeatable.")
+@click.option("--hta", "with_hta", is_flag=True,
+              help="Also run HTA's own analyses (temporal breakdown, comm/comp overlap, kernel breakdown) "
+                   'on the same files and show them beside bwdiag\'s, differences explained. Slower; needs '
+                   'pip install "bwdiag[hta]".')
 def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | None, force: bool,
-            open_report: bool, graph_capture: tuple[Path, ...]) -> None:
+            open_report: bool, graph_capture: tuple[Path, ...], with_hta: bool) -> None:
     """Diagnose saved torch.profiler traces: files (.json / .json.gz) or folders of rank files."""
     from bwdiag import pipeline
     from bwdiag.interrupts import ends_cleanly_when_interrupted
 
     out_dir = out_dir or _default_out(traces)
     pipeline.check_output_dir(out_dir, force=force)  # fail before the (long) analysis
+    if with_hta:
+        pipeline.require_hta()
     global _exit_without_cleanup
     _exit_without_cleanup = True  # an interrupted analysis ends at once (bwdiag.interrupts)
     with ends_cleanly_when_interrupted():
         diagnosis = pipeline.analyze(traces, device_spec=device_spec, progress=sys.stderr.isatty(),
                                      graph_capture=graph_capture or None)
-        outputs = pipeline.write_outputs(diagnosis, out_dir, force=True)
-    pipeline.print_summary(diagnosis, outputs)
+        hta = None
+        if with_hta:
+            diagnosis, hta = pipeline.compare_with_hta(traces, diagnosis, progress=sys.stderr.isatty())
+        outputs = pipeline.write_outputs(diagnosis, out_dir, force=True, hta=hta)
+    pipeline.print_summary(diagnosis, outputs, hta=hta)
     if open_report:
         from bwdiag.report.files import open_in_browser
 

@@ -38,6 +38,43 @@ def analyze(paths: Sequence[str | os.PathLike], *, device_spec: Path | None = No
         return add_findings(diagnosis, analyses)
 
 
+def require_hta() -> None:
+    """Fail before any work (exit 2, one line naming ``pip install "bwdiag[hta]"``) when ``--hta``
+    is asked for and HTA is not installed."""
+    from bwdiag.trace.hta_bridge import require
+
+    require()
+
+
+def compare_with_hta(paths: Sequence[str | os.PathLike], diagnosis: Diagnosis, *,
+                     progress: bool = False) -> tuple[Diagnosis, dict]:
+    """Run HTA's own analyses on the files ``analyze(paths)`` read and set them beside ``diagnosis``.
+
+    Returns the diagnosis (with a warning added when HTA, or one of its analyses, fails on these
+    traces: bwdiag's own figures never depend on HTA) and the ``hta`` section of diagnosis.json.
+    """
+    import dataclasses
+
+    from bwdiag.report import hta_view
+    from bwdiag.trace import find_trace_files
+    from bwdiag.trace import hta_bridge
+
+    files = find_trace_files(list(paths))
+    try:
+        with _progress(progress, files) as bar:
+            bar.phase("running HTA's analyses")
+            result = hta_bridge.run_analyses(files)
+    except Exception as err:  # noqa: BLE001 - HTA failing on a trace must not cost the user bwdiag's report
+        hint = f"; {hta_bridge.INSTALL_HINT}" if isinstance(err, ImportError) else ""
+        message = f"HTA could not analyse these traces ({hta_bridge.describe(err)}){hint}"
+        section = hta_view.failed(message, hta_bridge.version())
+    else:
+        section = hta_view.compare(diagnosis, result)
+    if section["errors"]:
+        diagnosis = dataclasses.replace(diagnosis, warnings=(*diagnosis.warnings, *section["errors"]))
+    return diagnosis, section
+
+
 def _import_analysis() -> None:
     """Import what follows the load (pandas, the diagnosis, the report: ~0.6 s). ``load_traces``
     calls this while worker processes parse a big trace, so the two overlap."""
@@ -84,8 +121,12 @@ def _probe_writable(out_dir: Path, target: Path) -> None:
     os.rmdir(probe)
 
 
-def write_outputs(diagnosis: Diagnosis, out_dir: Path, *, force: bool = False) -> dict[str, Path]:
-    """Write ``diagnosis.json`` and ``report.html`` into ``out_dir``, each atomically."""
+def write_outputs(diagnosis: Diagnosis, out_dir: Path, *, force: bool = False,
+                  hta: dict | None = None) -> dict[str, Path]:
+    """Write ``diagnosis.json`` and ``report.html`` into ``out_dir``, each atomically.
+
+    ``hta``: the section :func:`compare_with_hta` returned, added to both (``--hta``).
+    """
     from bwdiag.report.files import write_atomic
     from bwdiag.report.html import render_html
     from bwdiag.report.json_out import render_json
@@ -93,7 +134,11 @@ def write_outputs(diagnosis: Diagnosis, out_dir: Path, *, force: bool = False) -
     out_dir = Path(out_dir)
     check_output_dir(out_dir, force=force)
     # Render both before writing either: a rendering error leaves no half-set of outputs behind.
-    payload = {"json": render_json(diagnosis), "html": render_html(diagnosis).encode("utf-8")}
+    payload = {"json": render_json(diagnosis), "html": render_html(diagnosis, hta=hta).encode("utf-8")}
+    if hta is not None:
+        from bwdiag.report.hta_view import add_to_json
+
+        payload["json"] = add_to_json(payload["json"], hta)
     created = [p for p in (out_dir, *out_dir.parents) if not p.exists()]
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -134,11 +179,19 @@ def _remove_created(files: list[Path], folders: list[Path]) -> None:
             break
 
 
-def print_summary(diagnosis: Diagnosis, outputs: dict[str, Path] | None = None, file=None) -> None:
-    """The terminal verdict: time by bound, top findings and kernels, coverage, where the files are."""
+def print_summary(diagnosis: Diagnosis, outputs: dict[str, Path] | None = None, file=None,
+                  hta: dict | None = None) -> None:
+    """The terminal verdict: time by bound, top findings and kernels, coverage, where the files are
+    (with ``hta``: HTA's figures beside bwdiag's before the file paths)."""
     from bwdiag.report.terminal import print_summary as _print
 
-    _print(diagnosis, outputs=outputs, file=file)
+    if hta is None:
+        _print(diagnosis, outputs=outputs, file=file)
+        return
+    from bwdiag.report.hta_view import print_terminal
+
+    _print(diagnosis, outputs=None, file=file)
+    print_terminal(hta, outputs, file=file)
 
 
 class _progress:

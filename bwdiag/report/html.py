@@ -104,8 +104,8 @@ def _asset(name: str) -> Markup:
     return Markup(text)
 
 
-def render_html(diagnosis: Diagnosis) -> str:
-    """The whole report page as one self-contained HTML string."""
+def render_html(diagnosis: Diagnosis, hta: dict | None = None) -> str:
+    """The whole report page as one self-contained HTML string (``hta``: the ``--hta`` comparison)."""
     ctx = build_context(diagnosis)
     template = environment().get_template(_PAGE)
     return template.render(
@@ -113,4 +113,13 @@ def render_html(diagnosis: Diagnosis) -> str:
         version=__version__,
         css=_asset(_ASSETS[0]),
         js=_asset(_ASSETS[1]),
+        hta=hta_page(hta) if hta is not None else None,
     )
+
+
+def hta_page(section: dict) -> dict:
+    """The ``--hta`` section with its rows formatted for the page."""
+    from bwdiag.report.hta_view import table_rows
+
+    return {**section, "tables": [{"rank": r["rank"], "rows": table_rows(r), "notes": r["notes"]}
+                                  for r in section["ranks"]]}
