@@ -136,13 +136,14 @@ def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | N
         pipeline.require_hta()
     global _exit_without_cleanup
     _exit_without_cleanup = True  # an interrupted analysis ends at once (bwdiag.interrupts)
-    with ends_cleanly_when_interrupted():
+    with ends_cleanly_when_interrupted() as interrupts:
         diagnosis = pipeline.analyze(traces, device_spec=device_spec, progress=sys.stderr.isatty(),
                                      graph_capture=graph_capture or None)
         hta = None
         if with_hta:
             diagnosis, hta = pipeline.compare_with_hta(traces, diagnosis, progress=sys.stderr.isatty())
-        outputs = pipeline.write_outputs(diagnosis, out_dir, force=True, hta=hta)
+        with interrupts.writing():
+            outputs = pipeline.write_outputs(diagnosis, out_dir, force=True, hta=hta)
     pipeline.print_summary(diagnosis, outputs, hta=hta)
     if open_report:
         from bwdiag.report.files import open_in_browser
