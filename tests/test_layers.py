@@ -25,7 +25,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent / "bwdiag"
 # (``<root>``) is the public entry whose ``bwdiag.profile`` loads capture, so it sits with the CLI.
 # Parts that share a layer (costs, hardware) do not import each other.
 LAYER_ORDER: tuple[tuple[str, ...], ...] = (
-    ("<root>", "__main__", "cli", "cli_views"),
+    ("<root>", "__main__", "cli", "cli_views", "interrupts"),
     ("capture",),
     ("pipeline",),
     ("report",),
@@ -36,7 +36,7 @@ LAYER_ORDER: tuple[tuple[str, ...], ...] = (
 )
 LAYERS: dict[str, int] = {p: len(LAYER_ORDER) - i for i, parts in enumerate(LAYER_ORDER) for p in parts}
 # One layer, one unit: the CLI entry modules may import each other.
-_UNIT = {"<root>": "cli", "__main__": "cli", "cli_views": "cli"}
+_UNIT = {"<root>": "cli", "__main__": "cli", "cli_views": "cli", "interrupts": "cli"}
 
 
 def _module_name(path: Path) -> str:

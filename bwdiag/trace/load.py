@@ -14,6 +14,7 @@ from bwdiag.trace.read import CAPTURE_DIR
 from bwdiag.trace.read import expand_trace_paths, read_trace_file
 from bwdiag.trace.salvage import sanitize_args
 from bwdiag.trace.stream import CutRejected, NotStreamable, paused_gc, stream_events
+from bwdiag.trace.windows import one_window_per_process
 from bwdiag.trace.workers import forkable
 from bwdiag.trace.workers import start_pool as _pool
 
@@ -321,6 +322,7 @@ def load_traces(paths: Iterable[str | Path], *, progress=None, file_progress=Non
     if not traces:
         raise TraceError(errors[0] if len(errors) == 1 else "no readable trace: " + "; ".join(errors))
     warnings.extend(f"skipped unreadable rank file: {e}" for e in errors)
+    traces = one_window_per_process(traces, warnings)
     _assign_ranks(traces, warnings)
     for t in traces:
         warnings.extend(t.warnings)

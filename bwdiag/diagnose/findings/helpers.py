@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
 
 from bwdiag.costs.dtypes import dtype_bytes
 
-if TYPE_CHECKING:
-    from bwdiag.diagnose.findings.base import RuleContext
 
 #: Evidence lines listing modules/kernels stop after this many (the rest are counted).
 MAX_EVIDENCE_ITEMS = 5
@@ -193,7 +191,7 @@ MATRIX = ("gemm", "conv")
 WEIGHT_ARG = {"aten::mm": 1, "aten::addmm": 2, "aten::linear": 1, "aten::matmul": 1}
 
 
-def groups_of(ctx: RuleContext):
+def groups_of(ctx):
     """(rank position, analysis, groups) for every rank with placed groups."""
     for pos, a in enumerate(ctx.analyses):
         if len(a.groups) and "category" in a.groups.columns:
@@ -229,7 +227,7 @@ def weight_bytes(a, g) -> float | None:
 # -- host wait (the host-bound and launch-overhead rules) -------------------------------------------
 
 
-def unexplained_host_wait(ctx: RuleContext) -> float:
+def unexplained_host_wait(ctx) -> float:
     """Host-wait idle (µs) that no sync or data-loader wait accounts for: the GPU waiting for
     Python / the framework to launch the next kernel. (Pageable copies are device time, not idle.)"""
     idle = ctx.idle
@@ -238,7 +236,7 @@ def unexplained_host_wait(ctx: RuleContext) -> float:
     return max(0.0, idle.host_wait_us - (idle.sync_us + idle.data_loader_us))
 
 
-def looks_launch_bound(ctx: RuleContext) -> bool:
+def looks_launch_bound(ctx) -> bool:
     """Most kernels are tiny (or the timeline says launch-bound): the wait is per-launch overhead.
     The launch-overhead rule reports such a wait, the host-bound rule every other."""
     launch = ctx.launch
