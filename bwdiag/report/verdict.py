@@ -100,9 +100,9 @@ def build_verdict(d: Diagnosis) -> dict:
 
 
 def _abnormal(d: Diagnosis) -> list[tuple[int, float]]:
-    """(step id, duration µs) of the abnormal steps; the duration from extras when known."""
-    durs = (d.extras or {}).get("step_durations_us") or {}
-    return [(i, durs.get(i, durs.get(str(i), d.time.step_max_us or 0.0))) for i in d.time.abnormal_steps]
+    """(step id, duration µs) of the abnormal steps (the longest step's when one is not known)."""
+    durs = dict(zip(d.time.step_ids, d.time.step_durations_us))
+    return [(i, durs.get(i, d.time.step_max_us or 0.0)) for i in d.time.abnormal_steps]
 
 
 def id_ranges(ids) -> str | None:
@@ -131,15 +131,15 @@ def saving_shown(f) -> dict:
 def projected_time(d: Diagnosis) -> float | None:
     """The window's time if every finding were fixed; ``None`` when there are no findings.
 
-    ``extras["projected_us"]`` (computed by the findings work, which knows how findings overlap)
+    ``Diagnosis.projected_us`` (the what-if of the findings work, which knows how findings overlap)
     wins when present. Otherwise: total minus the findings' savings, where each finding draws
     only on the slices of time it acts on (``FINDING_ACTS_ON``), largest saving first, so that
     three fusion findings cannot together save more memory-bound time than the step has.
     """
     if not d.findings:
         return None
-    given = d.extras.get("projected_us")
-    if isinstance(given, (int, float)) and not isinstance(given, bool) and math.isfinite(given):
+    given = d.projected_us
+    if given is not None:
         return float(given)
     total = num(d.time.total_us)
     left = {key: num(d.time.by_bound.get(key, 0.0)) for key in TIME_KEYS}

@@ -2,8 +2,8 @@
 
 Each rule is a function ``rule(ctx: RuleContext) -> list[Finding]`` registered in ``RULES`` (the
 modules below register theirs on import); a rule that has no evidence returns nothing. After the
-rules, the what-if (:mod:`.whatif`) combines their savings into ``extras["projected_us"]`` and
-``extras["whatif"]``.
+rules, the what-if (:mod:`.whatif`) combines their savings into ``Diagnosis.whatif`` (whose
+``projected_us`` is the projected window).
 """
 
 from __future__ import annotations
@@ -32,14 +32,12 @@ from bwdiag.diagnose.model import Diagnosis
 
 def add_findings(diagnosis: Diagnosis, analyses) -> Diagnosis:
     """Run every rule; return the diagnosis with its findings sorted by estimated saving and the
-    what-if projection in ``extras``."""
+    what-if projection."""
     ctx = RuleContext(diagnosis, analyses)
     findings = [f for rule in RULES for f in rule(ctx)]
     findings.sort(key=lambda f: -f.est_saving_us)
-    extras = dict(diagnosis.extras)
-    if findings:
-        extras.update(project(ctx, findings))
+    whatif = project(ctx, findings) if findings else None
     scale = ctx.step_scale
     if scale is not None:
         findings = [dataclasses.replace(f, est_saving_per_step_us=f.est_saving_us * scale) for f in findings]
-    return dataclasses.replace(diagnosis, findings=tuple(findings), extras=extras)
+    return dataclasses.replace(diagnosis, findings=tuple(findings), whatif=whatif)

@@ -60,9 +60,29 @@ class RuleContext:
     def is_cpu(self) -> bool:
         return self.diagnosis.source.trace_kind == "cpu"
 
+    # -- timeline facts, typed (diagnose.model sections; None on CPU traces or without them) --
+
+    @property
+    def idle(self):
+        """GPU idle by cause (``model.IdleBreakdown``, mean per rank), None on CPU traces."""
+        return self.diagnosis.idle
+
+    @property
+    def launch(self):
+        """Kernel-launch facts (``model.LaunchStats``, mean per rank), None on CPU traces."""
+        return self.diagnosis.launch
+
+    @property
+    def comm_fit(self):
+        """The collective α/β fit over the most calls (``model.CommFit``), None without one."""
+        return self.diagnosis.comm_fit
+
     @property
     def extras(self) -> dict:
-        return self.diagnosis.extras
+        """The timeline facts in diagnosis.json's plain form (``{"idle": {...}, "launch": {...},
+        "comm_fit": {...}}``, absent keys left out), for rules that read them as dicts."""
+        d = self.diagnosis.sections_dict()
+        return {k: d[k] for k in ("idle", "launch", "comm_fit") if d[k] is not None}
 
     def pct(self, saving_us: float) -> float:
         """``saving_us`` as a share of the analysed window (mean per rank), in percent."""
