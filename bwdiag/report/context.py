@@ -11,9 +11,9 @@ from pathlib import PurePath
 
 from bwdiag import __version__
 from bwdiag.diagnose.model import Bound, Diagnosis, KernelRow, SpecSource
-from bwdiag.report.extras_view import display_tree, humanize
+from bwdiag.report.display import display_tree, humanize
 from bwdiag.report.roofline import build_roofline, plottable
-from bwdiag.report.values import bound_of, clean, num
+from bwdiag.report.values import bound_of, jsonable, num
 from bwdiag.report.verdict import TOP_FINDINGS, build_verdict, projected_time, saving_shown
 
 __all__ = ["build_context", "kernel_records", "projected_time", "TOP_FINDINGS", "KERNEL_COLUMNS"]
@@ -70,24 +70,24 @@ def build_context(diagnosis: Diagnosis) -> dict:
         "straggler": _straggler(diagnosis),
         "comm_fits": [f.to_dict() for f in diagnosis.comm_fits],
         # The other sections, shown generically as display trees (in diagnosis.json's order).
-        "extras": [
+        "sections": [
             {"key": key, "title": humanize(key), "tree": display_tree(key, value)}
             for key, value in _generic_sections(diagnosis, sections)
         ],
         "coverage": {
-            "linked_pct": clean(diagnosis.coverage.linked_pct),
-            "estimated_pct": clean(diagnosis.coverage.estimated_pct),
-            "compute_us": clean(diagnosis.coverage.compute_us),
-            "copy_us": clean(diagnosis.coverage.copy_us),
-            "copy_estimated_pct": clean(diagnosis.coverage.copy_estimated_pct),
-            "collective_us": clean(diagnosis.coverage.collective_us),
-            "collective_estimated_pct": clean(diagnosis.coverage.collective_estimated_pct),
-            "uncovered": [{"reason": u.reason, "us": clean(u.us), "pct": clean(u.pct)}
+            "linked_pct": diagnosis.coverage.linked_pct,
+            "estimated_pct": diagnosis.coverage.estimated_pct,
+            "compute_us": diagnosis.coverage.compute_us,
+            "copy_us": diagnosis.coverage.copy_us,
+            "copy_estimated_pct": diagnosis.coverage.copy_estimated_pct,
+            "collective_us": diagnosis.coverage.collective_us,
+            "collective_estimated_pct": diagnosis.coverage.collective_estimated_pct,
+            "uncovered": [{"reason": u.reason, "us": u.us, "pct": u.pct}
                           for u in diagnosis.coverage.uncovered],
         },
         "warnings": list(diagnosis.warnings),
     }
-    return clean(ctx)
+    return jsonable(ctx)
 
 
 def _title(d: Diagnosis) -> str:

@@ -3,11 +3,10 @@ step time projected once they are fixed."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from bwdiag.diagnose.model import TIME_KEYS, Diagnosis, FindingKind
-from bwdiag.report.values import clean, num
+from bwdiag.report.values import num
 
 #: Legend labels for ``time.by_bound`` keys (communication there is the *exposed* part).
 TIME_LABELS = {
@@ -62,13 +61,13 @@ def build_verdict(d: Diagnosis) -> dict:
     dominant = max(bars, key=lambda b: b["us"]) if total > 0 else None
     findings = sorted(d.findings, key=lambda f: -num(f.est_saving_us))
     projected = projected_time(d)
-    step_us = clean(d.time.step_us)
+    step_us = d.time.step_us
     verdict: dict[str, Any] = {
         "total_us": total,
         "steps": d.time.steps,
         "step_us": step_us,
-        "step_min_us": clean(d.time.step_min_us),
-        "step_max_us": clean(d.time.step_max_us),
+        "step_min_us": d.time.step_min_us,
+        "step_max_us": d.time.step_max_us,
         "step_source": d.time.step_source,
         "step_ids": id_ranges(d.time.step_ids),
         "steps_excluded": id_ranges(d.time.steps_excluded),
@@ -122,7 +121,7 @@ def id_ranges(ids) -> str | None:
 def saving_shown(f) -> dict:
     """The saving a reader compares with "Step" and "Projected": per median step when the trace
     has complete steps, else the window total — with its unit, so no figure is read in the wrong one."""
-    per_step = clean(f.est_saving_per_step_us)
+    per_step = f.est_saving_per_step_us
     if per_step is not None:
         return {"saving_shown_us": per_step, "saving_unit": "per step"}
     return {"saving_shown_us": f.est_saving_us, "saving_unit": "over the window"}
