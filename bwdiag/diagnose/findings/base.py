@@ -74,8 +74,10 @@ class RuleContext:
 
     @property
     def comm_fit(self):
-        """The collective α/β fit over the most calls (``model.CommFit``), None without one."""
-        return self.diagnosis.comm_fit
+        """The collective α/β fit over the most calls (``model.CommFit``), None without one (or
+        with α or β zero)."""
+        fit = self.diagnosis.comm_fit
+        return fit if fit is not None and fit.alpha_us and fit.beta_bytes_per_s else None
 
     @property
     def extras(self) -> dict:
