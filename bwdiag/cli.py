@@ -142,7 +142,7 @@ def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | N
               help="Output folder for report.html [default: the folder holding DIAGNOSIS_JSON].")
 @click.option("--force", is_flag=True, help="Overwrite a report.html already in the output folder.")
 def report_command(diagnosis_json: Path, out_dir: Path | None, force: bool) -> None:
-    """Re-render report.html and the terminal summary from a diagnosis.json, without the trace."""
+    """Re-render report.html and the terminal summary from a diagnosis.json (or its folder), without the trace."""
     from bwdiag.report.rerender import rerender
 
     diagnosis, html = rerender(diagnosis_json, out_dir, force=force)

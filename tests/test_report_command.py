@@ -55,7 +55,7 @@ def test_report_never_overwrites_without_force(tmp_path):
     assert refused.stderr.strip() == (f"bwdiag: error: {out / 'report.html'}: already exists; pass --force to "
                                       "overwrite or choose another -o/--out")
     assert (out / "report.html").read_text() == "mine"
-    forced = _cli("report", str(out / "diagnosis.json"), "--force")
+    forced = _cli("report", str(out), "--force")  # the folder names its diagnosis.json
     assert forced.returncode == 0, forced.stderr
     assert (out / "report.html").read_bytes() == before
 

@@ -375,6 +375,14 @@ class WhatIf(Record):
 
 @dataclass(frozen=True)
 class Diagnosis(Record):
+    """What bwdiag found in one job's traces: everything the report and diagnosis.json show.
+
+    Each fact is stored once: per-rank records for idle and launches (their means, the single
+    ``comm_fit`` and ``projected_us`` are properties), step durations beside the step ids in
+    ``time``. The report works from this object alone, so ``bwdiag report diagnosis.json``
+    re-renders a page without the trace.
+    """
+
     source: Source
     device: DeviceInfo
     time: TimeBreakdown

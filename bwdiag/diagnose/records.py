@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from enum import Enum
-from typing import Any, ClassVar
+from typing import Any
 
 #: Record classes and enums by the name their fields' annotations use.
 _RECORDS: dict[str, type] = {}
@@ -42,9 +42,6 @@ def register_enum(enum: type[Enum], fallback: Enum) -> type[Enum]:
 class Record:
     """Base of the diagnosis records (see the module docstring)."""
 
-    #: Fields written by :meth:`to_dict` only when they hold something (``None`` / empty left out).
-    _omit_empty: ClassVar[tuple[str, ...]] = ()
-
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         _RECORDS[cls.__name__] = cls
@@ -58,13 +55,7 @@ class Record:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data: nested records as dicts, enums as their values, tuples as lists."""
-        out = {}
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            if f.name in self._omit_empty and (value is None or value == ()):
-                continue
-            out[f.name] = plain(value)
-        return out
+        return {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
 
     @classmethod
     def from_dict(cls, data: Any, where: str = ""):

@@ -20,13 +20,16 @@ REPORT_NAME = "report.html"
 
 def rerender(json_path: str | Path, out_dir: str | Path | None = None, *,
              force: bool = False) -> tuple[Diagnosis, Path]:
-    """Read ``json_path`` and write ``report.html`` into ``out_dir`` (default: the JSON's folder).
+    """Read ``json_path`` (a diagnosis.json, or the folder holding one) and write ``report.html``
+    into ``out_dir`` (default: the JSON's folder).
 
     An existing ``report.html`` is replaced only with ``force``. Returns the diagnosis read and the
     page's path. Raises :class:`~bwdiag.errors.BwdiagError` for an unreadable or foreign JSON file
     and :class:`OutputError` for an output that cannot or may not be written.
     """
     json_path = Path(json_path)
+    if json_path.is_dir():
+        json_path = json_path / "diagnosis.json"
     out = Path(out_dir) if out_dir is not None else (json_path.parent if str(json_path.parent) else Path("."))
     target = out / REPORT_NAME
     if out.exists() and not out.is_dir():
