@@ -73,3 +73,20 @@ def test_report_of_a_damaged_or_foreign_file_is_one_line(tmp_path):
     assert proc.stderr == (f"bwdiag: error: {trace}: not a bwdiag diagnosis: diagnosis: schema None is not a "
                            "bwdiag diagnosis (expected one of bwdiag/diagnosis@1, bwdiag/diagnosis@2)\n")
     assert not (tmp_path / "out").exists()  # nothing written for a file that is not a diagnosis
+
+
+def test_rerendering_needs_no_analysis_stack(tmp_path):
+    """The page comes from the JSON alone: no pandas, numpy or torch is imported for it."""
+    from tests.report_fixtures import gpu_diagnosis
+
+    from bwdiag.report.json_out import render_json
+
+    src = tmp_path / "diagnosis.json"
+    src.write_bytes(render_json(gpu_diagnosis()))
+    code = ("import sys; from bwdiag.report.rerender import rerender; "
+            f"rerender({str(src)!r}, {str(tmp_path / 'out')!r}); "
+            "print(sorted(m for m in ('pandas', 'numpy', 'torch') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=_env())
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+    assert (tmp_path / "out" / "report.html").stat().st_size > 1000
