@@ -20,8 +20,10 @@ from bwdiag.diagnose.model import (
     KernelRow,
     LaunchStats,
     RecordError,
+    Regime,
     SpecSource,
     Source,
+    TraceKind,
 )
 from bwdiag.errors import BwdiagError
 from bwdiag.report.json_out import read_diagnosis, render_json
@@ -92,7 +94,12 @@ def test_nan_becomes_none_and_strings_become_enums_when_built():
     assert KernelRow.from_dict({**k.to_dict(), "bound": "warp-drive"}).bound is Bound.UNKNOWN
     d = gpu_diagnosis()
     assert d.device.spec_source is SpecSource.TABLE and d.findings[0].kind is FindingKind.FUSION
+    assert d.source.trace_kind is TraceKind.GPU and d.source.trace_kind == "gpu"
     assert d.to_dict()["findings"][0]["kind"] == "fusion"
+    with pytest.raises(RecordError, match="'tpu' is not a TraceKind \\(gpu, cpu\\)"):
+        Source(paths=(), ranks=(), trace_kind="tpu")  # no fallback: an unknown trace kind is an error
+    assert dataclasses.replace(d.collectives[0], regime="bandwidth").regime is Regime.BANDWIDTH
+    assert dataclasses.replace(d.collectives[0], regime="warp").regime is None  # unknown regime: unknown
 
 
 def test_derived_views_come_from_the_rank_records():

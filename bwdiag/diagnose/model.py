@@ -72,6 +72,22 @@ class SpecSource(_Text):
     ASSUMED = "assumed"
 
 
+class TraceKind(_Text):
+    """What the traces recorded: GPU (or other accelerator) work, or CPU ops only."""
+
+    GPU = "gpu"
+    CPU = "cpu"
+
+
+class Regime(_Text):
+    """What dominates a collective's time: the per-call cost, or moving its bytes."""
+
+    LATENCY = "latency"
+    BANDWIDTH = "bandwidth"
+
+
+register_enum(TraceKind, None)  # no fallback: a trace kind this version does not know is an error
+register_enum(Regime, None)  # an unknown regime reads as unknown (None)
 register_enum(Bound, Bound.UNKNOWN)
 register_enum(FindingKind, FindingKind.OTHER)
 register_enum(SpecSource, SpecSource.ASSUMED)
@@ -82,7 +98,7 @@ register_enum(Category, Category.OTHER)
 class Source(Record):
     paths: tuple[str, ...]
     ranks: tuple[int, ...]
-    trace_kind: str  # "gpu" | "cpu"
+    trace_kind: TraceKind
     torch_version: str | None = None
 
 
@@ -164,7 +180,7 @@ class CollectiveRow(Record):
     pct_of_link: float | None
     group_size: int | None = None
     dtype: str | None = None
-    regime: str | None = None  # "latency" (per-call cost dominates) | "bandwidth" | None (unknown)
+    regime: Regime | None = None  # None: unknown (no message size)
 
 
 @dataclass(frozen=True)
@@ -524,6 +540,6 @@ def _upgrade_v1(data: dict) -> dict:
 __all__ = [
     "AppliedFinding", "Bound", "Category", "CollectiveRow", "CommFit", "CompiledFacts", "Coverage",
     "DeviceInfo", "Diagnosis", "Finding", "FindingKind", "IdleBreakdown", "IdleCauses", "KernelRow",
-    "LaunchStats", "RankSummary", "RankWait", "RecordError", "SCHEMA", "Source", "SpecSource",
-    "Straggler", "SyncSite", "TIME_KEYS", "TimeBreakdown", "UncoveredShare", "WhatIf",
+    "LaunchStats", "RankSummary", "RankWait", "RecordError", "Regime", "SCHEMA", "Source", "SpecSource",
+    "Straggler", "SyncSite", "TIME_KEYS", "TimeBreakdown", "TraceKind", "UncoveredShare", "WhatIf",
 ]

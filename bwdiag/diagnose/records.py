@@ -8,7 +8,8 @@ declared types once, here, and nowhere else:
 * optional numbers hold a finite number or ``None`` (NaN and ±inf become ``None``); numpy scalars
   become Python numbers;
 * enum fields hold a member of their enum (a string value is looked up; a value this version does not
-  know becomes the enum's fallback member, e.g. ``Bound.UNKNOWN``);
+  know becomes the enum's fallback member, e.g. ``Bound.UNKNOWN``, else ``None`` in an optional field
+  and an error in a required one);
 * sequences are tuples.
 
 So a :class:`Record` is JSON-ready as it stands: :meth:`Record.to_dict` only turns enums into their
@@ -33,8 +34,10 @@ class RecordError(ValueError):
     """A plain-data document that does not describe a record: ``str(err)`` says where and why."""
 
 
-def register_enum(enum: type[Enum], fallback: Enum) -> type[Enum]:
-    """Let record fields annotated with ``enum``'s name hold its members; unknown values → ``fallback``."""
+def register_enum(enum: type[Enum], fallback: Enum | None) -> type[Enum]:
+    """Let record fields annotated with ``enum``'s name hold its members. A value ``enum`` lacks
+    becomes ``fallback``; without one it becomes ``None`` in an optional field and an error in a
+    required one."""
     _ENUMS[enum.__name__] = (enum, fallback)
     return enum
 
@@ -179,7 +182,7 @@ def _clean(kind: _Kind, value: Any) -> Any:
     if base == "str":
         return _clean_text(value, kind.optional)
     if base == "enum":
-        return _clean_enum(kind.of, value)
+        return _clean_enum(kind.of, value, kind.optional)
     if base == "tuple":
         if value is None:
             return None if kind.optional else ()
@@ -189,7 +192,7 @@ def _clean(kind: _Kind, value: Any) -> Any:
         if inner.base in ("number", "int"):
             return tuple(_clean_number(v, True) for v in value)
         if inner.base == "enum":
-            return tuple(_clean_enum(inner.of, v) for v in value)
+            return tuple(_clean_enum(inner.of, v, False) for v in value)
         return value if type(value) is tuple else tuple(value)
     if base == "map":
         if value is None:
@@ -223,12 +226,17 @@ def _clean_number(value: Any, optional: bool) -> Any:
     return value
 
 
-def _clean_enum(name: str, value: Any) -> Any:
+def _clean_enum(name: str, value: Any, optional: bool) -> Any:
     enum, fallback = _ENUMS[name]
-    if type(value) is enum:
+    if type(value) is enum or (value is None and optional):
         return value
     member = enum._value2member_map_.get(getattr(value, "value", value))
-    return member if member is not None else fallback
+    if member is not None:
+        return member
+    if fallback is None and not optional:
+        known = ", ".join(str(m.value) for m in enum)
+        raise RecordError(f"{value!r} is not a {enum.__name__} ({known})")
+    return fallback
 
 
 # ------------------------------------------------------------------------------ from plain data
