@@ -152,6 +152,21 @@ def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | N
     _exit_without_cleanup = not open_report  # a browser started for --open is left to finish its start
 
 
+@main.command("report")
+@click.argument("diagnosis_json", type=click.Path(path_type=Path))
+@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path),
+              help="Output folder for report.html [default: the folder holding DIAGNOSIS_JSON].")
+@click.option("--force", is_flag=True, help="Overwrite a report.html already in the output folder.")
+def report_command(diagnosis_json: Path, out_dir: Path | None, force: bool) -> None:
+    """Re-render report.html and the terminal summary from a diagnosis.json (or its folder), without the trace."""
+    from bwdiag.report.rerender import rerender
+
+    diagnosis, html = rerender(diagnosis_json, out_dir, force=force)
+    from bwdiag.report.terminal import print_summary
+
+    print_summary(diagnosis, outputs={"html": html})
+
+
 # -- capture ---------------------------------------------------------------------------------
 _RUN_SETTINGS = {
     "ignore_unknown_options": True,

@@ -14,6 +14,7 @@ from bwdiag.diagnose.model import (
     DeviceInfo,
     Diagnosis,
     Finding,
+    IdleBreakdown,
     KernelRow,
     RankSummary,
     Source,
@@ -131,8 +132,9 @@ def gpu_diagnosis(**changes) -> Diagnosis:
         coverage=Coverage(linked_pct=83.5, estimated_pct=78.25),
         warnings=("rank1.json.gz: closing ] missing; read the 1,204 complete events",),
         ranks=RANKS,
-        extras={"idle_breakdown": {"host_wait_us": 2000.0, "kernel_wait_us": 600.0,
-                                   "other_us": 400.0}},
+        # Both ranks: 3 ms idle = 2 ms host wait + 600 µs kernel wait + 400 µs other, in 50 gaps.
+        idle_by_rank=tuple(IdleBreakdown(host_wait_us=2000.0, kernel_wait_us=600.0, other_us=400.0,
+                                         gaps=50, rank=r) for r in (0, 1)),
     )
     base.update(changes)
     return Diagnosis(**base)

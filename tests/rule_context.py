@@ -28,8 +28,11 @@ from bwdiag.diagnose.kernels import group_activities
 from bwdiag.diagnose.model import (
     TIME_KEYS,
     CollectiveRow,
+    CommFit,
     Coverage,
     DeviceInfo,
+    IdleBreakdown,
+    LaunchStats,
     Diagnosis,
     RankSummary,
     Source,
@@ -88,12 +91,25 @@ def collective(name: str, kind: str, *, count: int, total_us: float, exposed_us:
     return CollectiveRow(name, rank, kind, count, total_us, exposed_us, bytes, None, None, None)
 
 
+def _sections(facts: dict) -> dict:
+    """``{"idle", "launch", "comm_fit"}`` plain dicts → the Diagnosis' per-rank record fields."""
+    out: dict = {}
+    if "idle" in facts:
+        idle = {"kernel_wait_us": 0.0, "other_us": 0.0, **facts["idle"], "rank": 0}
+        out["idle_by_rank"] = (IdleBreakdown.from_dict(idle),)
+    if "launch" in facts:
+        out["launch_by_rank"] = (LaunchStats.from_dict({**facts["launch"], "rank": 0}),)
+    if "comm_fit" in facts:
+        out["comm_fits"] = (CommFit.from_dict({"n": 0, "sizes": 1, **facts["comm_fit"]}),)
+    return out
+
+
 def context(ranks: list[RankAnalysis], *, total_us: float, trace_kind: str = "gpu", device: dict | None = None,
             extras: dict | None = None, collectives: tuple = (), step_us: float | None = None,
             busy_us: float | None = None) -> RuleContext:
     """A context over ``ranks``: a ``total_us`` window (mean per rank), the device's peaks
     (default: an A100's dense figures), and the timeline facts in ``extras`` (``idle``, ``launch``,
-    ``comm_fit`` as :mod:`bwdiag.diagnose.build` writes them). The bound-class split of the window
+    ``comm_fit`` as plain dicts, as diagnosis.json writes them; built into the diagnosis' records). The bound-class split of the window
     (which caps the what-if) is each rank's activity time by bound, the rest idle."""
     dev = {**A100, **(device or {})}
     n = max(1, len(ranks))
@@ -111,5 +127,5 @@ def context(ranks: list[RankAnalysis], *, total_us: float, trace_kind: str = "gp
                           vector_flops=dev["vector_flops"]),
         time=TimeBreakdown(total_us, by_bound, 0.0, None, steps=1 if step_us else None, step_us=step_us),
         kernels=(), collectives=tuple(collectives), findings=(), coverage=Coverage(100.0, 100.0),
-        warnings=(), ranks=summaries, extras=dict(extras or {}))
+        warnings=(), ranks=summaries, **_sections(extras or {}))
     return RuleContext(diagnosis, ranks)

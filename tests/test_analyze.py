@@ -37,7 +37,7 @@ def test_every_shared_trace_analyzes_to_the_contract(rel, tmp_path):
     assert (tmp_path / "out" / "report.html").stat().st_size > 1000
     for key, typ in CONTRACT.items():
         assert isinstance(doc[key], typ), key
-    assert doc["schema"] == "bwdiag/diagnosis@1"
+    assert doc["schema"] == "bwdiag/diagnosis@2"
     assert doc["source"]["trace_kind"] in ("gpu", "cpu")
     dev = doc["device"]
     assert dev["name"] and dev["spec_source"] in ("table", "calibrated", "user", "assumed")
@@ -178,7 +178,7 @@ def test_console_program_ends_fast_but_complete(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.rstrip("\n").splitlines()
     assert lines[-2:] == [f"json: {out / 'diagnosis.json'}", f"html: {out / 'report.html'}"]
-    assert json.loads((out / "diagnosis.json").read_text())["schema"] == "bwdiag/diagnosis@1"
+    assert json.loads((out / "diagnosis.json").read_text())["schema"] == "bwdiag/diagnosis@2"
     assert (out / "report.html").read_text().rstrip().endswith("</html>")
     bad = _run_cli("analyze", str(tmp_path / "missing.json"), "-o", str(tmp_path / "o2"))
     assert bad.returncode == 2 and bad.stderr.startswith("bwdiag: error: ")

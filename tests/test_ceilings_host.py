@@ -324,7 +324,7 @@ def test_mtia_device_events_are_busy_time(tmp_path):
     assert rank.busy_us == pytest.approx(busy, abs=1e-3)
     assert d.time.total_us == pytest.approx(window, abs=1e-3)
     assert d.time.by_bound["idle"] == pytest.approx(window - busy, abs=1e-3)
-    assert d.extras["idle"]["idle_us"] == pytest.approx(window - busy, abs=1e-3)
+    assert d.sections_dict()["idle"]["idle_us"] == pytest.approx(window - busy, abs=1e-3)
     # MTIA launches link the device events to their ops, as CUDA's do
     cuda = analyze([src])
     assert d.coverage.linked_pct == pytest.approx(cuda.coverage.linked_pct)
@@ -355,7 +355,7 @@ def test_xpu_runtime_launches_link_kernels(tmp_path):
     cuda = analyze([src])
     assert xpu.device.accelerator == "xpu"
     assert xpu.coverage.linked_pct == pytest.approx(cuda.coverage.linked_pct) and xpu.coverage.linked_pct > 90
-    assert xpu.extras["idle"]["host_wait_us"] == pytest.approx(cuda.extras["idle"]["host_wait_us"])
+    assert xpu.sections_dict()["idle"]["host_wait_us"] == pytest.approx(cuda.sections_dict()["idle"]["host_wait_us"])
     assert not any("ignored events" in w for w in xpu.warnings)
 
 

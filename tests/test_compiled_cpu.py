@@ -221,7 +221,7 @@ def test_compilation_in_the_window_is_not_work():
     cs, ce = span(compile_span)
     acts = a.activities
     assert not ((acts["ts"] < ce - base) & (acts["end"] > cs - base)).any()
-    assert diag.extras["compiled"]["compile_us"] == pytest.approx(float(compile_span["dur"]))
+    assert diag.sections_dict()["compiled"]["compile_us"] == pytest.approx(float(compile_span["dur"]))
     steady = union([span(e) for e in after])
     assert diag.time.total_us - diag.time.by_bound["idle"] == pytest.approx(steady, abs=1e-3)
     assert diag.time.total_us < 0.01 * float(compile_span["dur"])
@@ -231,5 +231,5 @@ def test_compilation_in_the_window_is_not_work():
 def test_eager_traces_have_no_compiled_rows():
     diag, a = analyse("cpu_elementwise_chain.json.gz")
     assert not (a.activities["kind"] == "compiled").any()
-    assert "compiled" not in diag.extras
+    assert diag.compiled is None
     assert not any("torch.compile" in w for w in diag.warnings)

@@ -77,11 +77,11 @@ def test_cast_round_trip_and_materialised_permute():
 
 def test_whatif_on_cpu_chain():
     d, _ = analysed(DATA / "cpu_elementwise_chain.json.gz")
-    w = d.extras["whatif"]
+    w = d.sections_dict()["whatif"]
     (only,) = w["findings"]
     assert only["applied_us"] == pytest.approx(d.findings[0].est_saving_us)  # within the memory class
-    assert d.extras["projected_us"] == pytest.approx(d.time.total_us - only["applied_us"])
-    assert w["speedup"] == pytest.approx(d.time.total_us / d.extras["projected_us"])
+    assert d.sections_dict()["projected_us"] == pytest.approx(d.time.total_us - only["applied_us"])
+    assert w["speedup"] == pytest.approx(d.time.total_us / d.sections_dict()["projected_us"])
 
 
 def test_per_parameter_adamw_gets_fused_step():

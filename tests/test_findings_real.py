@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bwdiag.diagnose.findings.chains import fusable_runs
+from bwdiag.diagnose.model import CommFit
 from tests.conftest import A100_TRAIN, H100_BERT, H100_QWEN, raw_events, shared_trace
 from tests.findings_helpers import analysed, by_kind, raw_kernels
 
@@ -116,12 +117,12 @@ def test_a100_exposed_sendrecv_is_an_overlap_finding():
 def test_a100_whatif_caps_overlap_by_the_communication_class():
     d, _ = analysed(shared_trace(A100_TRAIN))
     comm = d.time.by_bound["communication"]  # exposed SendRecv time the timeline gave to communication
-    applied = {w["title"]: w for w in d.extras["whatif"]["findings"]}
+    applied = {w["title"]: w for w in d.sections_dict()["whatif"]["findings"]}
     overlap = applied["Overlap the exposed send_recv with compute"]
     assert overlap["applied_us"] == pytest.approx(min(187_792.0, comm))
     assert overlap["capped"] is (comm < 187_792.0)
-    saved = sum(w["applied_us"] for w in d.extras["whatif"]["findings"])
-    assert d.extras["projected_us"] == pytest.approx(d.time.total_us - saved)
+    saved = sum(w["applied_us"] for w in d.sections_dict()["whatif"]["findings"])
+    assert d.sections_dict()["projected_us"] == pytest.approx(d.time.total_us - saved)
 
 
 # --- precision -----------------------------------------------------------------------------------
@@ -167,7 +168,7 @@ def test_bert_is_launch_bound():
     short = sum(1 for e in raw_kernels(raw_events(path)) if e["dur"] < 10)
     assert short == 58
     assert top.evidence[0].startswith("58 of 60 kernels run under 10 µs")
-    idle = d.extras["idle"]
+    idle = d.sections_dict()["idle"]
     causes = idle["causes"]
     assert top.est_saving_us == pytest.approx(
         idle["host_wait_us"] - causes["sync_us"] - causes["data_loader_us"] - causes["pageable_memcpy_us"])
@@ -194,12 +195,12 @@ def test_bert_small_gemms_batching():
 def test_whatif_never_exceeds_a_bound_class():
     for rel in (H100_QWEN, H100_BERT):
         d, _ = analysed(shared_trace(rel))
-        w = d.extras["whatif"]
-        assert 0 < d.extras["projected_us"] < d.time.total_us
+        w = d.sections_dict()["whatif"]
+        assert 0 < d.sections_dict()["projected_us"] < d.time.total_us
         assert w["saved_us"] == pytest.approx(sum(x["applied_us"] for x in w["findings"]))
         for x in w["findings"]:
             assert 0 <= x["applied_us"] <= x["est_saving_us"] + 1e-9
-        assert np.isclose(w["projected_us"], d.extras["projected_us"])
+        assert np.isclose(w["projected_us"], d.sections_dict()["projected_us"])
 
 
 # --- host side: AlexNet benchmark (syncs, pageable copies), 2-rank DDP (layout, α-bound all-reduce) ----
@@ -217,7 +218,7 @@ def test_alexnet_pageable_copies_sync_and_host_wait():
     assert len(pageable) == 16
     assert memcpy.est_saving_us == pytest.approx(sum(e["dur"] for e in pageable))  # 55.5 ms
     assert "pin_memory()" in memcpy.fix and "non_blocking=True" in memcpy.fix
-    idle = d.extras["idle"]
+    idle = d.sections_dict()["idle"]
     (sync,) = by_kind(d, "sync")
     assert sync.est_saving_us == pytest.approx(idle["causes"]["sync_us"])
     assert any(e.startswith("cudaDeviceSynchronize: 5×") for e in sync.evidence)
@@ -239,7 +240,7 @@ def test_ddp_conv_layout_kernels_and_latency_bound_allreduce():
     assert layout.fix.startswith("model = model.to(memory_format=torch.channels_last)")
     # The α+β fit gives α = 2.8 ms per all-reduce: peers waiting on each other, not link latency,
     # so no bucketing advice (see test_bucketing_advice_from_a_plausible_fit for the positive case).
-    assert d.extras["comm_fit"]["alpha_us"] > 1000
+    assert d.sections_dict()["comm_fit"]["alpha_us"] > 1000
     assert not [f for f in by_kind(d, "overlap") if "fewer, bigger" in f.title]
     (exposed,) = [f for f in by_kind(d, "overlap") if "exposed all_reduce" in f.title]
     assert exposed.est_saving_us == pytest.approx(sum(c.exposed_us for c in d.collectives
@@ -256,9 +257,8 @@ def test_bucketing_advice_from_a_plausible_fit():
     from bwdiag.diagnose.findings import add_findings
 
     d, analyses = analysed(shared_trace("tracelens/b200/eager_trace.json.gz"))
-    fit = {"collective": "all_reduce", "alpha_us": 20.0, "beta_bytes_per_s": 300e9, "n": 73}
-    base = dataclasses.replace(d, findings=(), extras={**{k: v for k, v in d.extras.items()
-                                                          if k not in ("projected_us", "whatif")}, "comm_fit": fit})
+    fit = CommFit(collective="all_reduce", alpha_us=20.0, beta_bytes_per_s=300e9, n=73, sizes=2)
+    base = dataclasses.replace(d, findings=(), whatif=None, comm_fits=(fit,))
     d2 = add_findings(base, analyses)
     (few,) = [f for f in by_kind(d2, "overlap") if "fewer, bigger" in f.title]
     rows = [c for c in d.collectives if c.collective == "all_reduce" and c.count > 1]
@@ -268,8 +268,8 @@ def test_bucketing_advice_from_a_plausible_fit():
     assert few.est_saving_us == pytest.approx(1095.0)
     (exposed,) = [f for f in by_kind(d2, "overlap") if "exposed all_reduce" in f.title]
     # Both act on the same all-reduce kernels: the what-if counts them once.
-    w = {x["title"]: x for x in d2.extras["whatif"]["findings"]}
-    both = w[exposed.title]["applied_us"] + w[few.title]["applied_us"]
+    w = {x.title: x for x in d2.whatif.findings}
+    both = w[exposed.title].applied_us + w[few.title].applied_us
     assert both <= max(exposed.est_saving_us, few.est_saving_us) + 1e-6
 
 

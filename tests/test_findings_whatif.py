@@ -17,9 +17,7 @@ from tests.findings_helpers import DATA, analysed, by_kind
 
 def _ctx(rel_or_path):
     d, analyses = analysed(rel_or_path)
-    return RuleContext(dataclasses.replace(d, findings=(), extras={k: v for k, v in d.extras.items()
-                                                                   if k not in ("projected_us", "whatif")}),
-                       analyses)
+    return RuleContext(dataclasses.replace(d, findings=(), whatif=None), analyses)
 
 
 def test_the_same_kernels_are_never_saved_twice():
@@ -31,9 +29,9 @@ def test_the_same_kernels_are_never_saved_twice():
     b = ctx.finding(FindingKind.CAST, "b", pow_us / 4, ["x"], "fix", acts={0: rows})
     c = ctx.finding(FindingKind.CAST, "c", pow_us / 4, ["x"], "fix", acts={0: rows[:24]})
     out = project(ctx, [a, b, c])
-    applied = [w["applied_us"] for w in out["whatif"]["findings"]]
+    applied = [w.applied_us for w in out.findings]
     assert applied == [pytest.approx(pow_us / 2), 0.0, 0.0]
-    assert out["projected_us"] == pytest.approx(ctx.total_us - pow_us / 2)
+    assert out.projected_us == pytest.approx(ctx.total_us - pow_us / 2)
 
 
 def test_savings_capped_by_their_bound_class():
@@ -44,18 +42,18 @@ def test_savings_capped_by_their_bound_class():
     # A (wrong) finding claiming 10× the latency-bound time gets at most the latency class.
     f = ctx.finding(FindingKind.BATCHING, "too much", 10 * lat_us, ["x"], "fix", acts={0: latency})
     out = project(ctx, [f])
-    assert out["whatif"]["findings"][0]["applied_us"] == pytest.approx(lat_us)
-    assert out["whatif"]["findings"][0]["capped"] is True
+    assert out.findings[0].applied_us == pytest.approx(lat_us)
+    assert out.findings[0].capped is True
     # Idle-time findings draw on idle only.
     idle_us = ctx.diagnosis.time.by_bound["idle"]
     g = ctx.finding(FindingKind.HOST_BOUND, "idle", 2 * idle_us, ["x"], "fix", idle_us=2 * idle_us)
-    assert project(ctx, [g])["whatif"]["findings"][0]["applied_us"] == pytest.approx(idle_us)
+    assert project(ctx, [g]).findings[0].applied_us == pytest.approx(idle_us)
 
 
 def test_timeline_rules_need_their_facts():
-    """Without extras["idle"] / extras["launch"] the host and launch rules say nothing."""
+    """Without the idle and launch sections the host and launch rules say nothing."""
     ctx = _ctx(shared_trace(H100_BERT))
-    bare = RuleContext(dataclasses.replace(ctx.diagnosis, extras={}), ctx.analyses)
+    bare = RuleContext(dataclasses.replace(ctx.diagnosis, idle_by_rank=(), launch_by_rank=()), ctx.analyses)
     kinds = {f.kind for rule in RULES for f in rule(bare)}
     assert not kinds & {"launch_overhead", "host_bound", "sync", "data_loader"}
     assert "quantization" in kinds and "batching" in kinds  # kernel-level rules still fire
@@ -82,16 +80,16 @@ def test_findings_json_round_trip():
     assert out["findings"][0]["kind"] == "fusion"
     assert set(out["findings"][0]) == {"kind", "title", "est_saving_us", "est_saving_pct", "evidence", "fix",
                                            "est_saving_per_step_us"}
-    assert isinstance(out["extras"]["projected_us"], float)
-    assert all(type(w["applied_us"]) is float for w in out["extras"]["whatif"]["findings"])
+    assert isinstance(out["projected_us"], float)
+    assert all(type(w["applied_us"]) is float for w in out["whatif"]["findings"])
 
 
 def test_empty_trace_has_no_findings():
     ctx = _ctx(shared_trace(H100_QWEN))
     empty = [dataclasses.replace(a, activities=a.activities.iloc[0:0], groups=a.groups.iloc[0:0])
              for a in ctx.analyses]
-    d = add_findings(dataclasses.replace(ctx.diagnosis, collectives=(), extras={}), empty)
-    assert d.findings == () and "projected_us" not in d.extras
+    d = add_findings(dataclasses.replace(ctx.diagnosis, collectives=(), idle_by_rank=(), launch_by_rank=()), empty)
+    assert d.findings == () and d.whatif is None and d.projected_us is None
 
 
 def test_per_step_savings_add_up_to_step_minus_projected():
@@ -104,7 +102,7 @@ def test_per_step_savings_add_up_to_step_minus_projected():
 
     d, _ = analysed(Path(__file__).resolve().parents[1] / "sample_traces/train_transformer_cpu/rank0.pt.trace.json.gz")
     assert d.time.steps == 3 and d.findings
-    assert not any(w["capped"] for w in d.extras["whatif"]["findings"])
+    assert not any(w.capped for w in d.whatif.findings)
     per_step = [f.est_saving_per_step_us for f in d.findings]
     assert all(p is not None for p in per_step)
     v = build_verdict(d)

@@ -8,6 +8,10 @@ import math
 
 import pytest
 
+from bwdiag.diagnose.model import (
+    AppliedFinding, CommFit, CompiledFacts, IdleBreakdown, IdleCauses, LaunchStats, RankWait,
+    Straggler, SyncSite, WhatIf,
+)
 from bwdiag.report.context import build_context, kernel_records, projected_time
 from tests.report_fixtures import (
     A100, ADD, COPY, GEMM, HOSTILE, HOSTILE_K, NCCL, TRITON, cpu_diagnosis, gpu_diagnosis,
@@ -52,7 +56,10 @@ def test_projection_caps_each_finding_at_the_time_it_acts_on():
 
 
 def test_projection_from_findings_work_wins():
-    d = gpu_diagnosis(extras={"projected_us": 15000.0})
+    whatif = WhatIf(findings=(AppliedFinding("fusion", "f", 3000.0, 5000.0, False),), total_us=20000.0,
+                    saved_us=5000.0, projected_us=15000.0, speedup=20000.0 / 15000.0)
+    d = gpu_diagnosis(whatif=whatif)
+    assert d.projected_us == 15000.0
     assert build_context(d)["verdict"]["projected_us"] == 15000.0
 
 
@@ -156,72 +163,70 @@ def test_communication_and_ranks():
 def test_idle_breakdown_rendered_as_times_with_shares():
     idle = build_context(gpu_diagnosis())["idle"]
     assert idle["kind"] == "kv"
-    assert [(r["label"], r["value"]) for r in idle["rows"]] == [
-        ("Host wait", "2 ms"), ("Kernel wait", "600 µs"), ("Other", "400 µs")]
-    assert [r["share"] for r in idle["rows"]] == pytest.approx([66.6667, 20.0, 13.3333], rel=1e-5)
+    # Mean of the two ranks' identical records; idle = 2000 + 600 + 400 µs, the parts' whole.
+    assert [(r["label"], r["value"]) for r in idle["rows"]][:5] == [
+        ("Idle", "3 ms"), ("Host wait", "2 ms"), ("Kernel wait", "600 µs"), ("Other", "400 µs"), ("Gaps", "50")]
+    shares = [r["share"] for r in idle["rows"]][:5]
+    assert shares[0] is None and shares[4] is None
+    assert shares[1:4] == pytest.approx([66.6667, 20.0, 13.3333], rel=1e-5)
 
 
-def test_unknown_extras_shown_generically():
-    d = gpu_diagnosis(extras={
-        "idle_breakdown": {"host_wait": 10.0, "kernel_wait": 30.0},  # bare numbers: µs
-        "launch_gaps": [{"rank": 0, "gap_us": 12.5, "count": 300}],
-        "queue": {"mean_pct": 42.0, "nested": {"deep_bytes": 2e6}},
-    })
-    ctx = build_context(d)
-    assert [r["value"] for r in ctx["idle"]["rows"]] == ["10 µs", "30 µs"]
-    assert [r["share"] for r in ctx["idle"]["rows"]] == [25.0, 75.0]
-    extras = {x["key"]: x for x in ctx["extras"]}
-    assert set(extras) == {"launch_gaps", "queue"}
-    assert extras["launch_gaps"]["tree"] == {
-        "kind": "table", "columns": ["Rank", "Gap", "Count"], "rows": [["0", "12.5 µs", "300"]],
-        "more": 0}
-    rows = extras["queue"]["tree"]["rows"]
-    assert rows[0]["value"] == "42.0%"
-    assert rows[1]["child"]["rows"][0]["value"] == "2 MB"
-    assert all(r["share"] is None for r in rows)  # not a breakdown: no shares
+def test_sections_without_a_place_are_shown_generically():
+    """compiled and step durations have no section of their own: display trees, in JSON order."""
+    compiled = CompiledFacts(regions=3, residual_us=1500.0, residual_estimated_us=500.0, compile_spans=1,
+                             compile_us=2.5e6)
+    time = dataclasses.replace(gpu_diagnosis().time, step_ids=(7, 8), step_durations_us=(5000.0, 5200.0))
+    ctx = build_context(gpu_diagnosis(compiled=compiled, time=time))
+    assert [x["key"] for x in ctx["sections"]] == ["compiled", "step_durations_us"]
+    rows = {r["label"]: r["value"] for r in ctx["sections"][0]["tree"]["rows"]}
+    assert rows == {"Regions": "3", "Residual": "1.5 ms", "Residual estimated": "500 µs",
+                    "Compile spans": "1", "Compile": "2.5 s"}
+    steps = ctx["sections"][1]["tree"]["rows"]
+    assert [(r["label"], r["value"]) for r in steps] == [("7", "5 ms"), ("8", "5.2 ms")]
+    # Step durations are times: each step's share of the two, 5000 / 10200 and 5200 / 10200.
+    assert [r["share"] for r in steps] == pytest.approx([100 * 5000 / 10200, 100 * 5200 / 10200])
 
 
-def test_timeline_idle_extras_total_and_counts():
-    """The shape the timeline work writes under ``extras["idle"]`` (A100 trace numbers)."""
-    idle = {"idle_us": 790654.0, "host_wait_us": 13646.0, "kernel_wait_us": 2339.0,
-            "other_us": 774669.0, "gaps": 7071,
-            "causes": {"sync_us": 8393.0, "data_loader_us": 0.0},
-            "top_syncs": [{"name": "cudaDeviceSynchronize", "count": 1, "total_us": 158183.0}]}
-    tree = build_context(gpu_diagnosis(extras={"idle": idle}))["idle"]
+def test_timeline_idle_total_and_counts():
+    """An idle record with the A100 training rank's numbers."""
+    idle = IdleBreakdown(host_wait_us=13646.0, kernel_wait_us=2339.0, other_us=774669.0, gaps=7071,
+                         causes=IdleCauses(sync_us=8393.0, data_loader_us=0.0),
+                         top_syncs=(SyncSite("cudaDeviceSynchronize", 1, 158183.0),), rank=0)
+    tree = build_context(gpu_diagnosis(idle_by_rank=(idle,)))["idle"]
     rows = {r["label"]: r for r in tree["rows"]}
-    assert rows["Idle"]["value"] == "791 ms" and rows["Idle"]["share"] is None  # the whole
-    # 13,646 + 2,339 + 774,669 = 790,654: shares of the whole.
+    # 13,646 + 2,339 + 774,669 = 790,654: the whole, and the parts' shares of it.
+    assert rows["Idle"]["value"] == "791 ms" and rows["Idle"]["share"] is None
     assert rows["Host wait"]["share"] == pytest.approx(100 * 13646 / 790654)
     assert rows["Other"]["share"] == pytest.approx(100 * 774669 / 790654)
     assert rows["Gaps"]["value"] == "7,071" and rows["Gaps"]["share"] is None
-    assert [r["value"] for r in rows["Causes"]["child"]["rows"]] == ["8.39 ms", "0 µs"]
+    assert [r["value"] for r in rows["Causes"]["child"]["rows"]] == ["8.39 ms", "0 µs", "0 µs"]
     assert rows["Top syncs"]["child"]["rows"] == [["cudaDeviceSynchronize", "1", "158 ms"]]
 
 
-def test_timeline_extras_by_rank_straggler_and_fits():
-    """Shapes the timeline work writes for two ranks (sampled 128-rank job, numbers from it)."""
-    extras = {
-        "idle_by_rank": {"0": {"idle_us": 675191.0, "gaps": 930, "top_syncs": []},
-                         "1": {"idle_us": 651136.0, "gaps": 826, "top_syncs": []}},
-        "launch": {"cpu_launch_us": 9222.0, "launch_bound": False, "top": []},
-        "straggler": {"rank": 1, "made_others_wait_us": 123301.0, "arrived_last_calls": 7,
-                      "matched_calls": 10, "wait_us_by_rank": {"0": 123301.0, "1": 106155.0}},
-        "comm_fits": {"send_recv": {"collective": "send_recv", "alpha_us": 45294.7,
-                                    "beta_bytes_per_s": 7.4e10, "n": 12, "sizes": 6}},
-        "comm_fit": {"collective": "send_recv", "alpha_us": 45294.7},
-    }
-    ctx = build_context(gpu_diagnosis(extras=extras))
-    assert ctx["idle_by_rank"] == {"kind": "table", "columns": ["Rank", "Idle", "Gaps"],
-                                   "rows": [["0", "675 ms", "930"], ["1", "651 ms", "826"]],
-                                   "more": 0}
+def test_timeline_by_rank_straggler_and_fits():
+    """Two ranks of the sampled 128-rank job (numbers from it)."""
+    idle = (IdleBreakdown(host_wait_us=362945.0, kernel_wait_us=119.0, other_us=312127.0, gaps=930, rank=0),
+            IdleBreakdown(host_wait_us=341109.0, kernel_wait_us=100.0, other_us=309927.0, gaps=826, rank=1))
+    launch = tuple(LaunchStats(kernels=1154, short_kernels=379, short_kernel_us=2116.0, cpu_launch_us=us,
+                               gpu_busy_us=606519.0, mean_queue_length=22.3, launch_bound=False, rank=r)
+                   for r, us in ((0, 9475.0), (1, 8969.0)))
+    straggler = Straggler(rank=1, made_others_wait_us=123301.0, arrived_last_calls=7, matched_calls=10,
+                          wait_us_by_rank=(RankWait(0, 123301.0), RankWait(1, 106155.0)))
+    fit = CommFit(collective="send_recv", alpha_us=45294.7, beta_bytes_per_s=7.4e10, n=12, sizes=6)
+    d = gpu_diagnosis(idle_by_rank=idle, launch_by_rank=launch, straggler=straggler, comm_fits=(fit,))
+    ctx = build_context(d)
+    table = ctx["idle_by_rank"]
+    assert table["columns"][:6] == ["Rank", "Idle", "Host wait", "Kernel wait", "Other", "Gaps"]
+    # 362945 + 119 + 312127 = 675,191 µs; 341109 + 100 + 309927 = 651,136 µs.
+    assert [row[:2] for row in table["rows"]] == [["0", "675 ms"], ["1", "651 ms"]]
     assert ctx["straggler"] == {"rank": 1, "made_others_wait_us": 123301.0,
                                 "arrived_last_calls": 7, "matched_calls": 10}
     assert ctx["comm_fits"] == [{"collective": "send_recv", "alpha_us": 45294.7,
                                  "beta_bytes_per_s": 7.4e10, "n": 12, "sizes": 6}]
-    assert [x["key"] for x in ctx["extras"]] == ["launch"]  # the rest have their own place
-    launch = {r["label"]: r["value"] for r in ctx["extras"][0]["tree"]["rows"]}
-    assert launch == {"CPU launch": "9.22 ms", "Launch bound": "no", "Top": ""}
-    assert ctx["extras"][0]["tree"]["rows"][2]["child"] == {"kind": "text", "value": "none"}
+    assert [x["key"] for x in ctx["sections"]] == ["launch", "launch_by_rank"]  # the rest have their own place
+    mean = {r["label"]: r["value"] for r in ctx["sections"][0]["tree"]["rows"]}
+    # (9475 + 8969) / 2 = 9222 µs; the launch gap is the mean host wait, (362945 + 341109) / 2 = 352,027 µs.
+    assert mean["CPU launch"] == "9.22 ms" and mean["Launch gap"] == "352 ms" and mean["Launch bound"] == "no"
 
 
 def test_nan_and_inf_become_none():
@@ -249,15 +254,16 @@ def test_hostile_kernel_data_is_kept_verbatim():
     assert row["op"] == HOSTILE_K.op and row["module"] == HOSTILE
 
 
-def test_numpy_and_odd_values_in_extras_are_made_json_safe():
+def test_numpy_values_become_python_numbers_when_a_record_is_built():
     import numpy as np
 
-    d = gpu_diagnosis(extras={"idle_breakdown": {"host_wait_us": np.float64(12.5),
-                                                 "count": np.int64(3)},
-                              "odd": {"when": object.__name__, "set": frozenset({1})}})
-    ctx = build_context(d)
+    idle = IdleBreakdown(host_wait_us=np.float64(12.5), kernel_wait_us=np.float64("nan"), other_us=0.0,
+                         gaps=np.int64(3), rank=0)
+    assert type(idle.host_wait_us) is float and type(idle.gaps) is int
+    ctx = build_context(gpu_diagnosis(idle_by_rank=(idle,)))
     json.dumps(ctx, allow_nan=False)
-    assert [r["value"] for r in ctx["idle"]["rows"]] == ["12.5 µs", "3"]
+    rows = {r["label"]: r["value"] for r in ctx["idle"]["rows"]}
+    assert rows["Host wait"] == "12.5 µs" and rows["Gaps"] == "3"
 
 
 def test_groups_above_their_roof_are_flagged():

@@ -129,7 +129,7 @@ def test_json_is_indented_nan_free_contract():
     assert raw.endswith(b"\n") and b'\n  "source": {' in raw
     assert b"NaN" not in raw and b"Infinity" not in raw
     doc = orjson.loads(raw)
-    assert doc["schema"] == "bwdiag/diagnosis@1"
+    assert doc["schema"] == "bwdiag/diagnosis@2"
     assert doc["kernels"][0]["pct_of_ceiling"] is None and doc["kernels"][0]["intensity"] is None
     assert doc["time"]["by_bound"]["compute"] == 8000.0
     assert [f["est_saving_us"] for f in doc["findings"]] == [3000.0, 2500.0, 2500.0, 500.0]
@@ -263,11 +263,11 @@ def test_page_stays_small_with_thousands_of_groups():
 
 
 def test_page_names_the_straggler_and_shows_the_fit():
-    extras = {"straggler": {"rank": 1, "made_others_wait_us": 123301.0, "arrived_last_calls": 7,
-                            "matched_calls": 10},
-              "comm_fits": {"send_recv": {"collective": "send_recv", "alpha_us": 45294.7,
-                                          "beta_bytes_per_s": 7.4e10, "n": 12, "sizes": 6}}}
-    html = render_html(gpu_diagnosis(extras=extras))
+    from bwdiag.diagnose.model import CommFit, Straggler
+
+    html = render_html(gpu_diagnosis(
+        straggler=Straggler(rank=1, made_others_wait_us=123301.0, arrived_last_calls=7, matched_calls=10),
+        comm_fits=(CommFit(collective="send_recv", alpha_us=45294.7, beta_bytes_per_s=7.4e10, n=12, sizes=6),)))
     assert ("Rank 1 is the straggler: it arrived last at 7 of 10 matched collectives, and the "
             "other ranks waited 123 ms for it.") in html
     assert '<span class="tag warn">straggler</span>' in html

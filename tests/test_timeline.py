@@ -78,7 +78,7 @@ def test_all_reduce_bytes_algbw_busbw_by_hand():
     assert row.busbw == pytest.approx(busbw)
     assert row.pct_of_link == pytest.approx(100 * busbw / 300e9)  # A100 NVLink3: 300 GB/s one way
     assert row.regime in ("latency", "bandwidth")
-    fit = d.extras["comm_fit"]
+    fit = d.sections_dict()["comm_fit"]
     assert fit["collective"] == "all_reduce" and fit["sizes"] >= 3 and fit["beta_bytes_per_s"] > 0
 
 
@@ -101,7 +101,7 @@ def test_gloo_two_ranks_collectives_overlap_and_straggler():
         assert rows[rank].bytes == (1 << 18) * 4
     # Rank 1 sleeps 50 ms before each call, so it arrives last every time; rank 0's extra time in
     # each call is time spent waiting for it.
-    who = d.extras["straggler"]
+    who = d.sections_dict()["straggler"]
     assert who["rank"] == 1 and who["arrived_last_calls"] == 4
     waited = sum(a["dur"] - b["dur"] for a, b in zip(spans[0], spans[1]))
     assert who["made_others_wait_us"] == pytest.approx(waited)
@@ -119,7 +119,7 @@ def test_sampled_ranks_give_one_per_rank_table(tmp_path):
         rank_kernels = sum(k.total_us for k in d.kernels if k.rank == r.rank)
         assert r.busy_us <= rank_kernels + 1e-6  # busy time is the union, never more than the sum
         assert r.total_us == pytest.approx(r.busy_us + r.idle_us)
-    assert set(d.extras["idle_by_rank"]) == {0, 1}
+    assert [i.rank for i in d.idle_by_rank] == [0, 1]
 
 
 def _gpu_events(path: Path):
@@ -148,7 +148,7 @@ def test_idle_split_by_brute_force_on_bert():
             else:
                 other += gap
         reach = max(reach, e["ts"] + e["dur"])
-    idle = d.extras["idle"]
+    idle = d.sections_dict()["idle"]
     assert idle["host_wait_us"] == pytest.approx(host, abs=1e-3)
     assert idle["kernel_wait_us"] == pytest.approx(kernel, abs=1e-3)
     assert idle["other_us"] == pytest.approx(other, abs=1e-3)
@@ -166,7 +166,7 @@ def test_launch_queue_length_by_brute_force_on_bert():
         queued = [o for o in kernels if o["args"]["stream"] == k["args"]["stream"] and o is not k
                   and launch[o["args"]["correlation"]]["ts"] < t and o["ts"] + o["dur"] > t]
         lengths.append(len(queued))
-    facts = d.extras["launch"]
+    facts = d.sections_dict()["launch"]
     assert facts["kernels"] == len(kernels) == 60
     assert facts["mean_queue_length"] == pytest.approx(np.mean(lengths))
     assert facts["short_kernels"] == sum(1 for k in kernels if k["dur"] < 10)

@@ -9,6 +9,9 @@ from enum import Enum
 class Category(str, Enum):
     """What kind of work an op or kernel does; decides which roofline ceiling applies."""
 
+    __str__ = str.__str__  # prints and formats as its value, like the diagnosis enums
+    __format__ = str.__format__
+
     GEMM = "gemm"
     CONV = "conv"
     ATTENTION = "attention"

@@ -22,13 +22,17 @@ from bwdiag.diagnose import kernels as kernel_groups
 from bwdiag.diagnose.kernels import flag_above_roof, group_activities, kernel_rows, place_groups
 from bwdiag.diagnose.model import (
     TIME_KEYS,
+    CompiledFacts,
     Coverage,
     DeviceInfo,
     Diagnosis,
+    IdleBreakdown,
+    LaunchStats,
     RankSummary,
     Source,
     TimeBreakdown,
 )
+from bwdiag.diagnose.records import mean_record
 from bwdiag.diagnose.steps import last_complete_step, step_spans, trace_end_us
 from bwdiag.diagnose.timeline import rank_time
 from bwdiag.hardware import DeviceSpec, resolve_device
@@ -44,10 +48,10 @@ class RankAnalysis:
     activities: pd.DataFrame  # one row per kernel / memcpy / memset (or leaf CPU op), with group + bound
     groups: pd.DataFrame  # one row per kernel group, placed on the roofline
     time: object  # timeline.RankTime
-    idle: dict | None = None  # idle.idle_breakdown (GPU ranks)
+    idle: IdleBreakdown | None = None  # GPU ranks
     above_roof: dict | None = None  # ceiling label → groups measured above their roof (kernels.flag_above_roof)
-    launch: dict | None = None  # launch.launch_stats (GPU ranks)
-    compiled: dict | None = None  # compiled.compiled_facts (CPU ranks with torch.compile regions)
+    launch: LaunchStats | None = None  # GPU ranks
+    compiled: CompiledFacts | None = None  # CPU ranks with torch.compile regions
 
 
 def analyze_rank(trace: RankTrace, spec: DeviceSpec) -> RankAnalysis:
@@ -64,7 +68,7 @@ def analyze_rank(trace: RankTrace, spec: DeviceSpec) -> RankAnalysis:
         analysis.compiled = compiled_facts(trace.ops, acts)
     if trace.is_gpu:
         analysis.idle = idle_breakdown(trace, acts)
-        analysis.launch = launch_stats(acts, analysis.time.window_us, analysis.idle["host_wait_us"])
+        analysis.launch = launch_stats(acts, analysis.time.window_us, analysis.idle.host_wait_us, trace.rank)
     return analysis
 
 
@@ -97,13 +101,8 @@ def diagnose(traces: Sequence[RankTrace], *, device_spec: Path | None = None,
 
     fits = fit_latency_bandwidth(collectives)
     collectives = with_regimes(collectives, fits)
-    extras = _timeline_extras(analyses, fits)
     compiled = [a.compiled for a in analyses if a.compiled]
-    if compiled:
-        extras["compiled"] = _mean_dict(compiled)
     spans = _step_spans(analyses)
-    if spans:
-        extras["step_durations_us"] = dict(zip(spans[0].step_ids, spans[0].durations_us))
 
     coverage = _coverage(analyses)
     diagnosis = Diagnosis(
@@ -117,7 +116,11 @@ def diagnose(traces: Sequence[RankTrace], *, device_spec: Path | None = None,
         coverage=coverage,
         warnings=tuple(warnings + uncovered.warnings_for(coverage.uncovered)),
         ranks=tuple(ranks),
-        extras=extras,
+        idle_by_rank=tuple(a.idle for a in analyses if a.idle is not None),
+        launch_by_rank=tuple(a.launch for a in analyses if a.launch is not None),
+        comm_fits=tuple(fits.values()),
+        straggler=_straggler(analyses),
+        compiled=mean_record(compiled) if compiled else None,
     )
     return diagnosis, analyses
 
@@ -147,9 +150,9 @@ def _compiled_warnings(analyses: list[RankAnalysis]) -> list[str]:
         return []
     n = len(analyses)
     out = []
-    resid = sum(f["residual_us"] for f in facts) / n
+    resid = sum(f.residual_us for f in facts) / n
     if resid > 0:
-        est = sum(f["residual_estimated_us"] for f in facts) / n
+        est = sum(f.residual_estimated_us for f in facts) / n
         out.append(
             f"torch.compile: {_ms(resid)} of compiled-region time ran no recorded op (Inductor's fused C++ "
             f"loops, Dynamo/AOT wrappers) and is counted as busy CPU time; "
@@ -157,7 +160,7 @@ def _compiled_warnings(analyses: list[RankAnalysis]) -> list[str]:
                f"tensors are not recorded), the rest has no estimate" if est > 0 else
                "it has no cost estimate (no shapes recorded for it: without autograd no CompiledFunction op carries "
                "the graph inputs; torch._inductor.config.cpp.enable_kernel_profile = True names its kernels)"))
-    comp = sum(f["compile_us"] for f in facts) / n
+    comp = sum(f.compile_us for f in facts) / n
     if comp > 0:
         out.append(
             f"torch.compile compiled during the trace: {_ms(comp)} of Dynamo/Inductor compilation is not counted "
@@ -170,40 +173,11 @@ def _ms(us: float) -> str:
     return f"{us / 1e3:.1f} ms" if us < 1e6 else f"{us / 1e6:.2f} s"
 
 
-def _timeline_extras(analyses: list[RankAnalysis], fits: dict[str, dict]) -> dict:
-    """Idle, launch, straggler and collective-fit facts for the findings and the report."""
-    extras: dict = {}
-    gpu = [a for a in analyses if a.idle is not None]
-    if gpu:
-        extras["idle"] = _mean_dict([a.idle for a in gpu])
-        extras["launch"] = _mean_dict([a.launch for a in gpu])
-        if len(gpu) > 1:
-            extras["idle_by_rank"] = {a.trace.rank: a.idle for a in gpu}
-            extras["launch_by_rank"] = {a.trace.rank: a.launch for a in gpu}
-    if fits:
-        extras["comm_fits"] = fits
-        extras["comm_fit"] = max(fits.values(), key=lambda f: f["n"])
+def _straggler(analyses: list[RankAnalysis]):
+    """Who the other ranks wait for at matched collectives (``ranks.straggler``), or None."""
     comm = {a.trace.rank: a.activities.loc[a.activities["category"] == "communication", ["name", "ts", "dur"]]
             for a in analyses}
-    who = straggler(comm)
-    if who is not None:
-        extras["straggler"] = who
-    return extras
-
-
-def _mean_dict(dicts: list[dict]) -> dict:
-    """Element-wise mean of same-shaped fact dicts (numbers averaged, lists and flags from the first)."""
-    if len(dicts) == 1:
-        return dicts[0]
-    out = {}
-    for key, first in dicts[0].items():
-        if isinstance(first, bool) or not isinstance(first, (int, float, dict)):
-            out[key] = first
-        elif isinstance(first, dict):
-            out[key] = _mean_dict([d[key] for d in dicts])
-        else:
-            out[key] = sum(d[key] for d in dicts if d.get(key) is not None) / len(dicts)
-    return out
+    return straggler(comm)
 
 
 def _step_spans(analyses: list[RankAnalysis]) -> list:
@@ -229,7 +203,7 @@ def _time(analyses: list[RankAnalysis], spans: list) -> TimeBreakdown:
                          float(np.median([s.median_us for s in spans])),
                          min(s.min_us for s in spans), max(s.max_us for s in spans),
                          first.step_ids, tuple(sorted({i for s in spans for i in s.abnormal})),
-                         first.side, first.excluded)
+                         first.side, first.excluded, tuple(first.durations_us))
 
 
 def _coverage(analyses: list[RankAnalysis]) -> Coverage:

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from bwdiag.costs import CollectiveMessage, bwdiag_dtype, collective_message, dtype_bytes
-from bwdiag.diagnose.model import CollectiveRow
+from bwdiag.diagnose.model import CollectiveRow, CommFit
 from bwdiag.diagnose.timeline import covered_within, merged_runs
 from bwdiag.hardware import DeviceSpec
 
@@ -149,7 +149,7 @@ def collective_rows(acts: pd.DataFrame, rank: int, spec: DeviceSpec, default_gro
     return sorted(rows, key=lambda r: -r.total_us)
 
 
-def fit_latency_bandwidth(rows: list[CollectiveRow], min_sizes: int = 3) -> dict[str, dict]:
+def fit_latency_bandwidth(rows: list[CollectiveRow], min_sizes: int = 3) -> dict[str, CommFit]:
     """Per collective kind, a least-squares fit of per-call time = α + bytes/β over the trace's own
     calls of different message sizes (needs ``min_sizes`` distinct sizes). Times in µs."""
     fits = {}
@@ -167,13 +167,13 @@ def fit_latency_bandwidth(rows: list[CollectiveRow], min_sizes: int = 3) -> dict
         (alpha, inv_beta), *_ = np.linalg.lstsq(design, per_call * np.sqrt(weights), rcond=None)
         if inv_beta <= 0:
             continue
-        fits[kind] = {"collective": kind, "alpha_us": float(max(alpha, 0.0)),
-                      "beta_bytes_per_s": float(1e6 / inv_beta), "n": int(weights.sum()),
-                      "sizes": int(len(np.unique(sizes)))}
+        fits[kind] = CommFit(collective=kind, alpha_us=float(max(alpha, 0.0)),
+                             beta_bytes_per_s=float(1e6 / inv_beta), n=int(weights.sum()),
+                             sizes=int(len(np.unique(sizes))))
     return fits
 
 
-def with_regimes(rows: list[CollectiveRow], fits: dict[str, dict]) -> list[CollectiveRow]:
+def with_regimes(rows: list[CollectiveRow], fits: dict[str, CommFit]) -> list[CollectiveRow]:
     """Say for each row whether per-call latency or bandwidth dominates its time."""
     import dataclasses
 
@@ -183,8 +183,8 @@ def with_regimes(rows: list[CollectiveRow], fits: dict[str, dict]) -> list[Colle
         fit = fits.get(r.collective)
         if r.bytes is not None:
             if fit:
-                transfer_us = r.bytes / fit["beta_bytes_per_s"] * 1e6
-                regime = "latency" if fit["alpha_us"] >= transfer_us else "bandwidth"
+                transfer_us = r.bytes / fit.beta_bytes_per_s * 1e6
+                regime = "latency" if fit.alpha_us >= transfer_us else "bandwidth"
             else:
                 regime = "latency" if r.bytes < SMALL_MESSAGE_BYTES else "bandwidth"
         out.append(dataclasses.replace(r, regime=regime))

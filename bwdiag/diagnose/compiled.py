@@ -39,6 +39,7 @@ import pandas as pd
 
 from bwdiag.costs import Category
 from bwdiag.costs.dtypes import bwdiag_dtype, dtype_bytes
+from bwdiag.diagnose.model import CompiledFacts
 from bwdiag.diagnose.names import name_matches
 from bwdiag.diagnose.shapes import format_shapes
 from bwdiag.diagnose.timeline import merged_runs
@@ -117,7 +118,7 @@ def residual_rows(ops: pd.DataFrame, roots: list[int], work: dict[int, list[int]
     return rows
 
 
-def compiled_facts(ops: pd.DataFrame, acts: pd.DataFrame) -> dict | None:
+def compiled_facts(ops: pd.DataFrame, acts: pd.DataFrame) -> CompiledFacts | None:
     """What a CPU rank's compiled regions and compilation amount to (µs), or None without either.
 
     ``regions``: compiled-region runs; ``residual_us``: their time with no recorded op (booked as
@@ -134,13 +135,13 @@ def compiled_facts(ops: pd.DataFrame, acts: pd.DataFrame) -> dict | None:
     regions = int(containers["name"].str.startswith("Torch-Compiled Region").sum()) if len(containers) else 0
     if spans.empty and resid.empty and not regions:
         return None
-    return {
-        "regions": regions,
-        "residual_us": float(resid["dur"].sum()) if len(resid) else 0.0,
-        "residual_estimated_us": float(resid.loc[resid["bytes"].notna(), "dur"].sum()) if len(resid) else 0.0,
-        "compile_spans": int(len(runs[0])),
-        "compile_us": float(np.sum(runs[1] - runs[0])) if len(runs[0]) else 0.0,
-    }
+    return CompiledFacts(
+        regions=regions,
+        residual_us=float(resid["dur"].sum()) if len(resid) else 0.0,
+        residual_estimated_us=float(resid.loc[resid["bytes"].notna(), "dur"].sum()) if len(resid) else 0.0,
+        compile_spans=int(len(runs[0])),
+        compile_us=float(np.sum(runs[1] - runs[0])) if len(runs[0]) else 0.0,
+    )
 
 
 def graphs_none() -> pd.DataFrame:

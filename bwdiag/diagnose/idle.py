@@ -15,6 +15,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from bwdiag.diagnose.model import IdleBreakdown, IdleCauses, SyncSite
 from bwdiag.diagnose.names import name_matches
 from bwdiag.diagnose.timeline import covered_within, merged_runs
 from bwdiag.trace import RankTrace
@@ -31,14 +32,11 @@ SYNC_CALLS = re.compile(
 DATA_LOADER = re.compile(r"DataLoader|_DataLoaderIter|dataloader", re.I)
 
 
-def idle_breakdown(trace: RankTrace, acts: pd.DataFrame) -> dict:
-    """The ``extras["idle"]`` facts for one GPU rank (all times in µs)."""
-    out = {"idle_us": 0.0, "host_wait_us": 0.0, "kernel_wait_us": 0.0, "other_us": 0.0, "gaps": 0,
-           "causes": {"sync_us": 0.0, "data_loader_us": 0.0, "pageable_memcpy_us": 0.0},
-           "pageable_memcpy_count": 0, "top_syncs": []}
+def idle_breakdown(trace: RankTrace, acts: pd.DataFrame) -> IdleBreakdown:
+    """The idle facts of one GPU rank (all times in µs)."""
     gpu = acts[acts["kind"].isin(("kernel", "memcpy", "memset"))]
     if gpu.empty:
-        return out
+        return IdleBreakdown(0.0, 0.0, 0.0, 0, rank=trace.rank)
     ts, end = gpu["ts"].to_numpy(float), gpu["end"].to_numpy(float)
     run_s, run_e = merged_runs(ts, end)
     gap_s, gap_e = run_e[:-1], run_s[1:]
@@ -54,10 +52,8 @@ def idle_breakdown(trace: RankTrace, acts: pd.DataFrame) -> dict:
     kernel_wait = ~host_wait & (gap < KERNEL_WAIT_US)
     other = ~host_wait & ~kernel_wait
 
-    out.update(idle_us=float(gap.sum()), host_wait_us=float(gap[host_wait].sum()),
-               kernel_wait_us=float(gap[kernel_wait].sum()), other_us=float(gap[other].sum()),
-               gaps=int(len(gap)))
-
+    sync_us = data_loader_us = 0.0
+    top_syncs: tuple[SyncSite, ...] = ()
     rt = trace.tables.runtime
     syncs = rt[name_matches(rt["name"], SYNC_CALLS)]
     if len(syncs) and host_wait.any():
@@ -66,19 +62,20 @@ def idle_breakdown(trace: RankTrace, acts: pd.DataFrame) -> dict:
         sync_end = np.sort(syncs["end"].to_numpy(float))
         k = np.searchsorted(sync_end, hs, side="left")
         ended_inside = (k < len(sync_end)) & (sync_end[np.minimum(k, len(sync_end) - 1)] <= he)
-        out["causes"]["sync_us"] = float((he - hs)[ended_inside].sum())
+        sync_us = float((he - hs)[ended_inside].sum())
     if len(syncs):
         top = syncs.groupby("name")["dur"].agg(["count", "sum"]).sort_values("sum", ascending=False).head(5)
-        out["top_syncs"] = [{"name": n, "count": int(r["count"]), "total_us": float(r["sum"])}
-                            for n, r in top.iterrows()]
+        top_syncs = tuple(SyncSite(n, int(r["count"]), float(r["sum"])) for n, r in top.iterrows())
 
     ops = trace.ops
     loader = ops[name_matches(ops["name"], DATA_LOADER)]
     if len(loader) and len(gap):
         runs = merged_runs(loader["ts"].to_numpy(float), loader["end"].to_numpy(float))
-        out["causes"]["data_loader_us"] = float(covered_within(gap_s, gap_e, runs).sum())
+        data_loader_us = float(covered_within(gap_s, gap_e, runs).sum())
 
     pageable = gpu[(gpu["kind"] == "memcpy") & gpu["name"].str.contains("Pageable", na=False)]
-    out["causes"]["pageable_memcpy_us"] = float(pageable["dur"].sum())
-    out["pageable_memcpy_count"] = int(len(pageable))
-    return out
+    return IdleBreakdown(
+        host_wait_us=float(gap[host_wait].sum()), kernel_wait_us=float(gap[kernel_wait].sum()),
+        other_us=float(gap[other].sum()), gaps=int(len(gap)),
+        causes=IdleCauses(sync_us, data_loader_us, float(pageable["dur"].sum())),
+        pageable_memcpy_count=int(len(pageable)), top_syncs=top_syncs, rank=trace.rank)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from bwdiag.diagnose.model import LaunchStats
+
 #: Kernels shorter than this are "tiny": at this size launch cost (~3–6 µs CPU) rivals the work.
 SHORT_KERNEL_US = 10.0
 #: Launch-bound: host-wait idle ≥ this share of the window …
@@ -19,25 +21,17 @@ LAUNCH_BOUND_IDLE_SHARE = 0.10
 LAUNCH_BOUND_QUEUE = 2.0
 
 
-def launch_stats(acts: pd.DataFrame, window_us: float, host_wait_us: float) -> dict:
-    """The ``extras["launch"]`` facts for one GPU rank (µs)."""
+def launch_stats(acts: pd.DataFrame, window_us: float, host_wait_us: float, rank: int | None = None) -> LaunchStats:
+    """The launch facts of one GPU rank (µs); ``host_wait_us`` is its host-wait idle."""
     kern = acts[acts["kind"] == "kernel"]
     dur = kern["dur"].to_numpy(float)
     short = dur < SHORT_KERNEL_US
-    out = {
-        "kernels": int(len(kern)),
-        "short_kernels": int(short.sum()),
-        "short_kernel_us": float(dur[short].sum()),
-        "cpu_launch_us": float(np.nansum(kern["launch_dur"].to_numpy(float))),
-        "gpu_busy_us": float(dur.sum()),
-        "launch_gap_us": float(host_wait_us),
-        "mean_queue_length": mean_queue_length(kern),
-        "launch_bound": False,
-    }
-    q = out["mean_queue_length"]
-    out["launch_bound"] = bool(window_us > 0 and host_wait_us >= LAUNCH_BOUND_IDLE_SHARE * window_us
-                               and q is not None and q < LAUNCH_BOUND_QUEUE)
-    return out
+    q = mean_queue_length(kern)
+    bound = bool(window_us > 0 and host_wait_us >= LAUNCH_BOUND_IDLE_SHARE * window_us
+                 and q is not None and q < LAUNCH_BOUND_QUEUE)
+    return LaunchStats(kernels=int(len(kern)), short_kernels=int(short.sum()), short_kernel_us=float(dur[short].sum()),
+                       cpu_launch_us=float(np.nansum(kern["launch_dur"].to_numpy(float))),
+                       gpu_busy_us=float(dur.sum()), mean_queue_length=q, launch_bound=bound, rank=rank)
 
 
 def mean_queue_length(kern: pd.DataFrame) -> float | None:

@@ -1,23 +1,38 @@
 """The diagnosis: plain, typed data handed from ``diagnose`` to ``report`` (never a DataFrame).
 
-Field names follow the ``bwdiag/diagnosis@1`` contract in DESIGN.md; fields may be added, never
-renamed. ``None`` means unknown (no estimate), never zero.
+Field names follow the ``diagnosis.json`` contract in DESIGN.md; fields may be added, never
+renamed. ``None`` means unknown (no estimate), never zero. Every record is a frozen dataclass whose
+fields are brought to their types once, when it is built (:mod:`bwdiag.diagnose.records`: NaN →
+``None``, strings → enums), so ``Diagnosis.from_dict(d.to_dict()) == d``.
+
+Schema ``bwdiag/diagnosis@2`` carries what ``@1`` kept in a free-form ``extras`` object as typed
+sections at the top level (``idle``, ``launch``, ``comm_fits``, ``straggler``, ``compiled``,
+``whatif`` …); :meth:`Diagnosis.from_dict` reads ``@1`` files too.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from bwdiag.hardware.spec import SpecSource  # noqa: F401  (defined with the ceilings; used here by name)
+from bwdiag.costs.model import Category
+from bwdiag.hardware.spec import SpecSource  # defined with the ceilings; part of the model by name
+from bwdiag.diagnose.records import Record, RecordError, mean_record, plain, register_enum
 
-SCHEMA = "bwdiag/diagnosis@1"
+SCHEMA = "bwdiag/diagnosis@2"
+#: Older schemas :meth:`Diagnosis.from_dict` reads.
+READABLE_SCHEMAS = ("bwdiag/diagnosis@1", SCHEMA)
 
 
-class Bound(str, Enum):
+class _Text(str, Enum):
+    """A ``str`` enum that prints and formats as its value (``f"{Bound.MEMORY}"`` is ``memory``)."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+class Bound(_Text):
     """The ceiling class that limits a kernel (or a slice of the timeline)."""
 
     COMPUTE = "compute"
@@ -31,7 +46,9 @@ class Bound(str, Enum):
 TIME_KEYS = ("compute", "memory", "latency", "communication", "idle", "unknown")
 
 
-class FindingKind(str, Enum):
+class FindingKind(_Text):
+    """What kind of change a finding proposes (``Finding.kind``)."""
+
     FUSION = "fusion"
     QUANTIZATION = "quantization"
     PRECISION = "precision"
@@ -47,70 +64,41 @@ class FindingKind(str, Enum):
     OTHER = "other"
 
 
-# ------------------------------------------------------------------------ the boundary: no NaN inside
+class TraceKind(_Text):
+    """What the traces recorded: GPU (or other accelerator) work, or CPU ops only."""
 
-_TEXT = ("str", "str | None")
-_NUMBER = ("float", "float | None", "int | None")
-_PLAN: dict[type, tuple[tuple[str, str], ...]] = {}
-
-
-def _plan(cls: type) -> tuple[tuple[str, str], ...]:
-    plan = _PLAN.get(cls)
-    if plan is None:
-        plan = _PLAN[cls] = tuple(
-            (f.name, f.type) for f in dataclasses.fields(cls)
-            if f.type in _TEXT or f.type in _NUMBER or f.type == "tuple[str, ...]")
-    return plan
+    GPU = "gpu"
+    CPU = "cpu"
 
 
-def _clean_text(value: Any, optional: bool) -> str | None:
-    if type(value) is str:
-        return value
-    if value is None or (isinstance(value, float) and value != value):  # pandas' NaN for "no module"
-        return None if optional else ""
-    return value.value if isinstance(value, Enum) else str(value)
+class Regime(_Text):
+    """What dominates a collective's time: the per-call cost, or moving its bytes."""
+
+    LATENCY = "latency"
+    BANDWIDTH = "bandwidth"
 
 
-def _clean_number(value: Any, optional: bool) -> Any:
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-        return value
-    if isinstance(value, float) and not math.isfinite(value):
-        return None if optional else value
-    return value
-
-
-class _Clean:
-    """Turns what pandas hands over (NaN for a missing text, inf or NaN numbers) into ``None`` once,
-    when a record is built: no text field of a Diagnosis holds anything but ``str`` or ``None``,
-    no optional number anything but a finite number or ``None``."""
-
-    def __post_init__(self) -> None:
-        for name, kind in _plan(type(self)):
-            value = getattr(self, name)
-            if kind in _TEXT:
-                new = _clean_text(value, kind.endswith("None"))
-            elif kind == "tuple[str, ...]":
-                new = tuple(t for t in (_clean_text(v, True) for v in value) if t is not None) \
-                    if value is not None else ()
-            else:
-                new = _clean_number(value, kind.endswith("None"))
-            if new is not value:
-                object.__setattr__(self, name, new)
+register_enum(TraceKind, None)  # no fallback: a trace kind this version does not know is an error
+register_enum(Regime, None)  # an unknown regime reads as unknown (None)
+register_enum(Bound, Bound.UNKNOWN)
+register_enum(FindingKind, FindingKind.OTHER)
+register_enum(SpecSource, SpecSource.ASSUMED)
+register_enum(Category, Category.OTHER)
 
 
 @dataclass(frozen=True)
-class Source(_Clean):
+class Source(Record):
     paths: tuple[str, ...]
     ranks: tuple[int, ...]
-    trace_kind: str  # "gpu" | "cpu"
+    trace_kind: TraceKind
     torch_version: str | None = None
 
 
 @dataclass(frozen=True)
-class DeviceInfo(_Clean):
+class DeviceInfo(Record):
     name: str
     kind: str  # "gpu" | "cpu"
-    spec_source: str  # SpecSource value
+    spec_source: SpecSource
     peak_flops: dict[str, float]  # dtype -> dense FLOP/s on the fastest unit for that dtype
     memory_bandwidth: float  # B/s
     interconnect_bandwidth: float | None  # B/s per GPU, one direction
@@ -129,7 +117,7 @@ class DeviceInfo(_Clean):
 
 
 @dataclass(frozen=True)
-class TimeBreakdown(_Clean):
+class TimeBreakdown(Record):
     total_us: float  # mean per rank of the analysed window
     by_bound: dict[str, float]  # TIME_KEYS -> µs, summing to total_us
     exposed_communication_us: float
@@ -142,15 +130,16 @@ class TimeBreakdown(_Clean):
     abnormal_steps: tuple[int, ...] = ()  # step ids longer than 1.5x the median (kept, flagged)
     step_source: str | None = None  # "gpu" | "cpu": which ProfilerStep spans were measured
     steps_excluded: tuple[int, ...] = ()  # step ids left out: cut by the trace end or without duration
+    step_durations_us: tuple[float, ...] = ()  # each of ``step_ids``' duration (first rank with steps)
 
 
 @dataclass(frozen=True)
-class KernelRow(_Clean):
+class KernelRow(Record):
     """One kernel group: same rank, kernel name, launching op and input shapes."""
 
     name: str
     rank: int
-    category: str
+    category: Category
     count: int
     total_us: float
     flops: float | None
@@ -158,7 +147,7 @@ class KernelRow(_Clean):
     intensity: float | None
     achieved_flops_per_s: float | None
     achieved_bytes_per_s: float | None
-    bound: str  # Bound value
+    bound: Bound
     ceiling: str  # which roof applies, e.g. "bf16 tensor", "memory", "launch latency"
     pct_of_ceiling: float | None
     op: str | None = None
@@ -170,7 +159,7 @@ class KernelRow(_Clean):
 
 
 @dataclass(frozen=True)
-class CollectiveRow(_Clean):
+class CollectiveRow(Record):
     name: str
     rank: int
     collective: str
@@ -183,12 +172,12 @@ class CollectiveRow(_Clean):
     pct_of_link: float | None
     group_size: int | None = None
     dtype: str | None = None
-    regime: str | None = None  # "latency" (per-call cost dominates) | "bandwidth" | None (unknown)
+    regime: Regime | None = None  # None: unknown (no message size)
 
 
 @dataclass(frozen=True)
-class Finding(_Clean):
-    kind: str  # FindingKind value
+class Finding(Record):
+    kind: FindingKind
     title: str
     est_saving_us: float  # over the analysed window (mean per rank)
     est_saving_pct: float  # of the window, so also of one step
@@ -199,7 +188,7 @@ class Finding(_Clean):
 
 
 @dataclass(frozen=True)
-class UncoveredShare(_Clean):
+class UncoveredShare(Record):
     """One reason compute-kernel time has no FLOP/byte estimate (see ``diagnose.uncovered``)."""
 
     reason: str
@@ -208,7 +197,7 @@ class UncoveredShare(_Clean):
 
 
 @dataclass(frozen=True)
-class Coverage(_Clean):
+class Coverage(Record):
     """What share of each kind of device time the diagnosis can price.
 
     *Compute kernels* are every kernel (or, on a CPU trace, leaf op) that is neither a copy
@@ -229,7 +218,7 @@ class Coverage(_Clean):
 
 
 @dataclass(frozen=True)
-class RankSummary(_Clean):
+class RankSummary(Record):
     rank: int
     total_us: float
     busy_us: float
@@ -240,8 +229,168 @@ class RankSummary(_Clean):
     kernels: int
 
 
+
+
+# ------------------------------------------------------------------------------ timeline sections
+
+
 @dataclass(frozen=True)
-class Diagnosis:
+class SyncSite(Record):
+    """A host call the GPU waited on (``cudaStreamSynchronize``, ``.item()``'s ``cudaMemcpy`` …)."""
+
+    name: str
+    count: int
+    total_us: float
+
+
+@dataclass(frozen=True)
+class IdleCauses(Record):
+    """What on the host the GPU's host-wait idle is spent in (µs; see ``diagnose.idle``)."""
+
+    sync_us: float = 0.0  # host-wait gaps in which a synchronising call returned
+    data_loader_us: float = 0.0  # host-wait time overlapped by DataLoader spans
+    pageable_memcpy_us: float = 0.0  # device time of copies from pageable host memory
+
+
+@dataclass(frozen=True)
+class IdleBreakdown(Record):
+    """GPU idle time of one rank split HTA's way (µs): host wait, kernel wait and other.
+
+    The one record of idle causes: the diagnosis keeps one per GPU rank (``idle_by_rank``);
+    ``Diagnosis.idle`` is their mean. ``idle_us`` is the parts' sum; the timeline's own idle
+    (``time.by_bound["idle"]``, ``RankSummary.idle_us``) is the same gaps measured as the window
+    minus busy time, equal to it up to float rounding.
+    """
+
+    host_wait_us: float  # the work ending the gap was launched only after the device went idle
+    kernel_wait_us: float  # gaps under 3 µs between back-to-back kernels
+    other_us: float
+    gaps: float  # a count; a mean over ranks may be fractional
+    causes: IdleCauses = field(default_factory=IdleCauses)
+    pageable_memcpy_count: float = 0
+    top_syncs: tuple[SyncSite, ...] = ()
+    rank: int | None = None  # None: a mean over ranks
+
+    @property
+    def idle_us(self) -> float:
+        return self.host_wait_us + self.kernel_wait_us + self.other_us
+
+    @property
+    def sync_us(self) -> float:
+        return self.causes.sync_us
+
+    @property
+    def data_loader_us(self) -> float:
+        return self.causes.data_loader_us
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"idle_us": self.idle_us, **super().to_dict()}
+        if self.rank is None:
+            del out["rank"]
+        return out
+
+
+@dataclass(frozen=True)
+class LaunchStats(Record):
+    """Kernel launches of one GPU rank (see ``diagnose.launch``); ``Diagnosis.launch`` is the mean.
+
+    The host-wait idle the launch-bound test uses is the rank's ``IdleBreakdown.host_wait_us``
+    (written beside these facts as ``launch_gap_us`` in diagnosis.json)."""
+
+    kernels: float
+    short_kernels: float  # kernels under 10 µs
+    short_kernel_us: float
+    cpu_launch_us: float  # launch API calls on the host
+    gpu_busy_us: float
+    mean_queue_length: float | None  # kernels queued ahead on the stream at each launch
+    launch_bound: bool
+    rank: int | None = None  # None: a mean over ranks
+
+    def with_gap(self, host_wait_us: float | None) -> dict[str, Any]:
+        """The diagnosis.json form: the facts with ``launch_gap_us`` (host-wait idle) in place."""
+        out = {}
+        for key, value in super().to_dict().items():
+            out[key] = value
+            if key == "gpu_busy_us":
+                out["launch_gap_us"] = host_wait_us
+        return out
+
+
+@dataclass(frozen=True)
+class CommFit(Record):
+    """Per-call time = α + bytes/β of one collective kind, fitted over the trace's own calls."""
+
+    collective: str
+    alpha_us: float
+    beta_bytes_per_s: float
+    n: int  # calls fitted
+    sizes: int  # distinct message sizes among them
+
+
+@dataclass(frozen=True)
+class RankWait(Record):
+    rank: int
+    wait_us: float
+
+
+@dataclass(frozen=True)
+class Straggler(Record):
+    """The rank the others wait for in collectives (see ``diagnose.ranks``)."""
+
+    rank: int
+    made_others_wait_us: float
+    arrived_last_calls: int
+    matched_calls: int
+    wait_us_by_rank: tuple[RankWait, ...] = ()  # each rank's own waiting in matched calls
+
+
+@dataclass(frozen=True)
+class CompiledFacts(Record):
+    """torch.compile regions of a CPU trace (µs, mean over the ranks that have them; see
+    ``diagnose.compiled``)."""
+
+    regions: float
+    residual_us: float  # region time no recorded op covers (booked as ``compiled`` activities)
+    residual_estimated_us: float  # the part of it with a byte estimate
+    compile_spans: float
+    compile_us: float  # compilation inside the window: not work
+
+
+@dataclass(frozen=True)
+class AppliedFinding(Record):
+    """One finding as the what-if applied it."""
+
+    kind: FindingKind
+    title: str
+    est_saving_us: float
+    applied_us: float  # what survives overlaps with earlier findings and the bound classes' caps
+    capped: bool
+
+
+@dataclass(frozen=True)
+class WhatIf(Record):
+    """The window projected if the top findings were fixed (``diagnose.findings.whatif``)."""
+
+    findings: tuple[AppliedFinding, ...]
+    total_us: float
+    saved_us: float
+    projected_us: float
+    speedup: float | None
+
+
+# ---------------------------------------------------------------------------------- the diagnosis
+
+
+@dataclass(frozen=True)
+class Diagnosis(Record):
+    """What bwdiag found in one job's traces: everything the report and diagnosis.json show.
+
+    Each fact is stored once: per-rank records for idle and launches (their means, the single
+    ``comm_fit`` and ``projected_us`` are properties), step durations beside the step ids in
+    ``time``. The report works from this object alone, so ``bwdiag report diagnosis.json``
+    re-renders a page without the trace.
+    """
+
     source: Source
     device: DeviceInfo
     time: TimeBreakdown
@@ -251,34 +400,138 @@ class Diagnosis:
     coverage: Coverage
     warnings: tuple[str, ...]
     ranks: tuple[RankSummary, ...] = ()
-    extras: dict[str, Any] = field(default_factory=dict)  # per-issue additions (timeline, idle…)
+    idle_by_rank: tuple[IdleBreakdown, ...] = ()  # one per GPU rank
+    launch_by_rank: tuple[LaunchStats, ...] = ()  # one per GPU rank
+    comm_fits: tuple[CommFit, ...] = ()  # one per collective kind with enough message sizes
+    straggler: Straggler | None = None
+    compiled: CompiledFacts | None = None
+    whatif: WhatIf | None = None  # None without findings
     schema: str = SCHEMA
 
+    # -- derived views: each fact is stored once ----------------------------------------------
+
+    @property
+    def idle(self) -> IdleBreakdown | None:
+        """GPU idle by cause, mean over GPU ranks; None on CPU traces."""
+        return mean_record(self.idle_by_rank) if self.idle_by_rank else None
+
+    @property
+    def launch(self) -> LaunchStats | None:
+        """Kernel-launch facts, mean over GPU ranks; None on CPU traces."""
+        return mean_record(self.launch_by_rank) if self.launch_by_rank else None
+
+    @property
+    def comm_fit(self) -> CommFit | None:
+        """The collective fit over the most calls (the first such), None without one."""
+        return max(self.comm_fits, key=lambda f: f.n) if self.comm_fits else None
+
+    @property
+    def projected_us(self) -> float | None:
+        """The window once the top findings are fixed (the what-if's), None without findings."""
+        return self.whatif.projected_us if self.whatif is not None else None
+
+    # -- diagnosis.json -------------------------------------------------------------------------
+
     def to_dict(self) -> dict[str, Any]:
-        """The ``diagnosis.json`` object: enums as their values, tuples as lists."""
-        return _plain(self)
+        """The ``diagnosis.json`` object: enums as their values, tuples as lists, and the derived
+        views (``idle``, ``launch``, ``comm_fit``, ``projected_us``) written beside what they come from."""
+        return {
+            "source": self.source.to_dict(),
+            "device": self.device.to_dict(),
+            "time": self.time.to_dict(),
+            "kernels": plain(self.kernels),
+            "collectives": plain(self.collectives),
+            "findings": plain(self.findings),
+            "coverage": self.coverage.to_dict(),
+            "warnings": list(self.warnings),
+            "ranks": plain(self.ranks),
+            **self.sections_dict(),
+            "schema": self.schema,
+        }
+
+    def sections_dict(self) -> dict[str, Any]:
+        """The timeline and what-if sections as diagnosis.json writes them (``None`` / ``[]`` when
+        absent), in the page's order: ``idle``, ``launch``, ``idle_by_rank``, ``launch_by_rank``,
+        ``comm_fits``, ``comm_fit``, ``straggler``, ``compiled``, ``projected_us``, ``whatif``."""
+        idle, launch, fit = self.idle, self.launch, self.comm_fit
+        gaps = {i.rank: i.host_wait_us for i in self.idle_by_rank}
+        return {
+            "idle": _without_rank(idle.to_dict()) if idle is not None else None,
+            "launch": _without_rank(launch.with_gap(idle.host_wait_us if idle is not None else None))
+            if launch is not None else None,
+            "idle_by_rank": plain(self.idle_by_rank),
+            "launch_by_rank": [s.with_gap(gaps.get(s.rank)) for s in self.launch_by_rank],
+            "comm_fits": plain(self.comm_fits),
+            "comm_fit": fit.to_dict() if fit is not None else None,
+            "straggler": self.straggler.to_dict() if self.straggler is not None else None,
+            "compiled": self.compiled.to_dict() if self.compiled is not None else None,
+            "projected_us": self.projected_us,
+            "whatif": self.whatif.to_dict() if self.whatif is not None else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "diagnosis") -> Diagnosis:
+        """The diagnosis a ``diagnosis.json`` object describes (``@2``, or ``@1`` with ``extras``).
+
+        Keys this version does not know are ignored; the derived views are recomputed, not read.
+        Raises :class:`RecordError` (where and why) for another schema or a damaged document."""
+        if not isinstance(data, dict):
+            raise RecordError(f"{where}: expected an object, got a {type(data).__name__}")
+        schema = data.get("schema")
+        if schema not in READABLE_SCHEMAS:
+            raise RecordError(f"{where}: schema {schema!r} is not a bwdiag diagnosis "
+                              f"(expected one of {', '.join(READABLE_SCHEMAS)})")
+        if schema != SCHEMA:
+            data = _upgrade_v1(data)
+        return super().from_dict({**data, "schema": SCHEMA}, where)
 
 
-def _plain(value: Any) -> Any:
-    """Dataclasses to dicts, enums to values, tuples to lists, NaN to None: one walk, no copies
-    of leaves (``dataclasses.asdict`` deep-copies first, which cost 0.3 s on an 8-rank diagnosis)."""
-    t = type(value)
-    if t is str or t is int or t is bool or value is None:
-        return value
-    if t is float:
-        return None if value != value else value  # NaN is not JSON
-    if t is dict:
-        return {str(k): _plain(v) for k, v in value.items()}
-    if t is list or t is tuple:
-        return [_plain(v) for v in value]
-    if isinstance(value, Enum):
-        return value.value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, float) and value != value:
-        return None
-    return value
+def _without_rank(d: dict) -> dict:
+    d.pop("rank", None)
+    return d
+
+
+def _upgrade_v1(data: dict) -> dict:
+    """A ``bwdiag/diagnosis@1`` object in the ``@2`` layout: ``extras`` keys become sections."""
+    out = {k: v for k, v in data.items() if k != "extras"}
+    extras = data.get("extras")
+    if not isinstance(extras, dict):
+        return out
+    ranks = [r.get("rank") for r in data.get("ranks") or () if isinstance(r, dict)]
+    first_rank = ranks[0] if ranks else 0
+
+    def by_rank(key: str) -> list:
+        many = extras.get(f"{key}_by_rank")
+        if isinstance(many, dict):
+            return [{**v, "rank": int(r)} for r, v in many.items() if isinstance(v, dict)]
+        one = extras.get(key)
+        return [{**one, "rank": first_rank}] if isinstance(one, dict) else []
+
+    out["idle_by_rank"] = by_rank("idle")
+    out["launch_by_rank"] = by_rank("launch")
+    fits = extras.get("comm_fits")
+    if isinstance(fits, dict):
+        out["comm_fits"] = list(fits.values())
+    elif isinstance(extras.get("comm_fit"), dict):
+        out["comm_fits"] = [extras["comm_fit"]]
+    who = extras.get("straggler")
+    if isinstance(who, dict):
+        waits = who.get("wait_us_by_rank")
+        out["straggler"] = {**who, "wait_us_by_rank": [{"rank": int(r), "wait_us": w} for r, w in waits.items()]
+                            if isinstance(waits, dict) else []}
+    for key in ("compiled", "whatif"):
+        if isinstance(extras.get(key), dict):
+            out[key] = extras[key]
+    durs = extras.get("step_durations_us")
+    time = data.get("time")
+    if isinstance(durs, dict) and isinstance(time, dict) and isinstance(time.get("step_ids"), list):
+        out["time"] = {**time, "step_durations_us": [durs.get(str(i), durs.get(i)) for i in time["step_ids"]]}
+    return out
+
+
+__all__ = [
+    "AppliedFinding", "Bound", "Category", "CollectiveRow", "CommFit", "CompiledFacts", "Coverage",
+    "DeviceInfo", "Diagnosis", "Finding", "FindingKind", "IdleBreakdown", "IdleCauses", "KernelRow",
+    "LaunchStats", "RankSummary", "RankWait", "RecordError", "Regime", "SCHEMA", "Source", "SpecSource",
+    "Straggler", "SyncSite", "TIME_KEYS", "TimeBreakdown", "TraceKind", "UncoveredShare", "WhatIf",
+]

@@ -13,9 +13,11 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
+from bwdiag.diagnose.model import RankWait, Straggler
 
-def straggler(comm_by_rank: dict[int, pd.DataFrame]) -> dict | None:
-    """``extras["straggler"]``: the rank others wait for most, and how long it made them wait (µs).
+
+def straggler(comm_by_rank: dict[int, pd.DataFrame]) -> Straggler | None:
+    """The rank others wait for most, and how long it made them wait (µs).
 
     ``comm_by_rank`` maps rank → its collective activities (columns name, ts, dur), any order.
     """
@@ -48,10 +50,6 @@ def straggler(comm_by_rank: dict[int, pd.DataFrame]) -> dict | None:
     if not calls:
         return None
     rank, cost = waited_on.most_common(1)[0]
-    return {
-        "rank": int(rank),
-        "made_others_wait_us": float(cost),
-        "arrived_last_calls": int(last_count[rank]),
-        "matched_calls": int(calls),
-        "wait_us_by_rank": {int(r): float(w) for r, w in sorted(wait_by_rank.items())},
-    }
+    return Straggler(rank=int(rank), made_others_wait_us=float(cost), arrived_last_calls=int(last_count[rank]),
+                     matched_calls=int(calls),
+                     wait_us_by_rank=tuple(RankWait(int(r), float(w)) for r, w in sorted(wait_by_rank.items())))

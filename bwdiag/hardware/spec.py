@@ -24,6 +24,9 @@ GIB = 2**30
 class SpecSource(str, Enum):
     """Where a device's ceilings came from (``device.spec_source`` in ``diagnosis.json``)."""
 
+    __str__ = str.__str__  # prints and formats as its value, like the model's enums
+    __format__ = str.__format__
+
     TABLE = "table"
     CALIBRATED = "calibrated"
     USER = "user"

@@ -11,9 +11,9 @@ from pathlib import PurePath
 
 from bwdiag._version import __version__
 from bwdiag.diagnose.model import Bound, Diagnosis, KernelRow, SpecSource
-from bwdiag.report.extras_view import display_tree, humanize
+from bwdiag.report.display import display_tree, humanize
 from bwdiag.report.roofline import build_roofline, plottable
-from bwdiag.report.values import bound_of, clean, num
+from bwdiag.report.values import bound_of, jsonable, num
 from bwdiag.report.verdict import TOP_FINDINGS, build_verdict, projected_time, saving_shown
 
 __all__ = ["build_context", "kernel_records", "projected_time", "TOP_FINDINGS", "KERNEL_COLUMNS"]
@@ -36,6 +36,7 @@ def build_context(diagnosis: Diagnosis) -> dict:
     """
     kernels = sorted(diagnosis.kernels, key=lambda k: (-num(k.total_us), k.rank, k.name))
     kernel_rows = _kernel_rows(kernels)
+    sections = diagnosis.sections_dict()
     ranks = sorted({k.rank for k in kernels} | set(diagnosis.source.ranks))
     ctx = {
         "schema": diagnosis.schema,
@@ -64,29 +65,29 @@ def build_context(diagnosis: Diagnosis) -> dict:
         "findings": _findings(diagnosis, kernels),
         "communication": _communication(diagnosis),
         "ranks": _ranks(diagnosis),
-        "idle": _idle(diagnosis),
-        "idle_by_rank": _extra_tree(diagnosis, "idle_by_rank"),
+        "idle": display_tree("idle", sections["idle"]) if sections["idle"] is not None else None,
+        "idle_by_rank": _by_rank_tree("idle_by_rank", sections["idle_by_rank"]),
         "straggler": _straggler(diagnosis),
-        "comm_fits": _comm_fits(diagnosis),
-        "extras": [
+        "comm_fits": [f.to_dict() for f in diagnosis.comm_fits],
+        # The other sections, shown generically as display trees (in diagnosis.json's order).
+        "sections": [
             {"key": key, "title": humanize(key), "tree": display_tree(key, value)}
-            for key, value in diagnosis.extras.items()
-            if key not in SHOWN_EXTRAS
+            for key, value in _generic_sections(diagnosis, sections)
         ],
         "coverage": {
-            "linked_pct": clean(diagnosis.coverage.linked_pct),
-            "estimated_pct": clean(diagnosis.coverage.estimated_pct),
-            "compute_us": clean(diagnosis.coverage.compute_us),
-            "copy_us": clean(diagnosis.coverage.copy_us),
-            "copy_estimated_pct": clean(diagnosis.coverage.copy_estimated_pct),
-            "collective_us": clean(diagnosis.coverage.collective_us),
-            "collective_estimated_pct": clean(diagnosis.coverage.collective_estimated_pct),
-            "uncovered": [{"reason": u.reason, "us": clean(u.us), "pct": clean(u.pct)}
+            "linked_pct": diagnosis.coverage.linked_pct,
+            "estimated_pct": diagnosis.coverage.estimated_pct,
+            "compute_us": diagnosis.coverage.compute_us,
+            "copy_us": diagnosis.coverage.copy_us,
+            "copy_estimated_pct": diagnosis.coverage.copy_estimated_pct,
+            "collective_us": diagnosis.coverage.collective_us,
+            "collective_estimated_pct": diagnosis.coverage.collective_estimated_pct,
+            "uncovered": [{"reason": u.reason, "us": u.us, "pct": u.pct}
                           for u in diagnosis.coverage.uncovered],
         },
         "warnings": list(diagnosis.warnings),
     }
-    return clean(ctx)
+    return jsonable(ctx)
 
 
 def _title(d: Diagnosis) -> str:
@@ -231,7 +232,7 @@ def _communication(d: Diagnosis) -> dict:
              "total_us": c.total_us, "exposed_us": c.exposed_us, "bytes": c.bytes,
              "algbw": c.algbw, "busbw": c.busbw, "pct_of_link": c.pct_of_link,
              "group_size": c.group_size, "dtype": c.dtype,
-             "regime": getattr(c, "regime", None)}
+             "regime": c.regime}
             for c in rows
         ],
         # Like ``time``, the totals are per rank (the mean when there are several).
@@ -273,50 +274,38 @@ def _ranks(d: Diagnosis) -> list[dict]:
     return out
 
 
-#: ``extras`` keys holding the idle-time breakdown (the timeline work writes ``idle``).
-IDLE_KEYS = ("idle_breakdown", "idle")
-
-#: ``extras`` keys the page shows in their own place; every other key is shown generically.
-SHOWN_EXTRAS = frozenset(
-    {"projected_us", *IDLE_KEYS, "idle_by_rank", "straggler", "comm_fits", "comm_fit"}
-)
+def _by_rank_tree(key: str, records: list[dict]) -> dict | None:
+    """Per-rank records (``idle_by_rank``) as a table, one row per rank; None for one rank."""
+    if len(records) < 2:
+        return None
+    return display_tree(key, {r["rank"]: {k: v for k, v in r.items() if k != "rank"} for r in records})
 
 
-def _extra_tree(d: Diagnosis, key: str) -> dict | None:
-    value = d.extras.get(key)
-    return display_tree(key, value) if value is not None else None
+def _generic_sections(d: Diagnosis, sections: dict) -> list[tuple[str, object]]:
+    """(key, plain value) of the sections without a place of their own on the page."""
+    out: list[tuple[str, object]] = []
+    if sections["launch"] is not None:
+        out.append(("launch", sections["launch"]))
+    if len(sections["launch_by_rank"]) > 1:
+        out.append(("launch_by_rank", {r["rank"]: {k: v for k, v in r.items() if k != "rank"}
+                                       for r in sections["launch_by_rank"]}))
+    if sections["compiled"] is not None:
+        out.append(("compiled", sections["compiled"]))
+    if d.time.step_durations_us:
+        out.append(("step_durations_us", dict(zip(d.time.step_ids, d.time.step_durations_us))))
+    if sections["whatif"] is not None:
+        out.append(("whatif", sections["whatif"]))
+    return out
 
 
 def _straggler(d: Diagnosis) -> dict | None:
-    """``extras["straggler"]``: the rank the others waited for at matched collectives."""
-    s = d.extras.get("straggler")
-    if not isinstance(s, dict) or s.get("rank") is None:
+    """The rank the others waited for at matched collectives."""
+    s = d.straggler
+    if s is None:
         return None
     return {
-        "rank": s.get("rank"),
-        "made_others_wait_us": s.get("made_others_wait_us"),
-        "arrived_last_calls": s.get("arrived_last_calls"),
-        "matched_calls": s.get("matched_calls"),
+        "rank": s.rank,
+        "made_others_wait_us": s.made_others_wait_us,
+        "arrived_last_calls": s.arrived_last_calls,
+        "matched_calls": s.matched_calls,
     }
-
-
-def _comm_fits(d: Diagnosis) -> list[dict]:
-    """α+β fits per collective (``extras["comm_fits"]``, else the single ``comm_fit``)."""
-    fits = d.extras.get("comm_fits")
-    if isinstance(fits, dict):
-        items = list(fits.values())
-    elif isinstance(d.extras.get("comm_fit"), dict):
-        items = [d.extras["comm_fit"]]
-    else:
-        return []
-    keys = ("collective", "alpha_us", "beta_bytes_per_s", "n", "sizes")
-    return [{k: f.get(k) for k in keys} for f in items if isinstance(f, dict)]
-
-
-def _idle(d: Diagnosis) -> dict | None:
-    for key in IDLE_KEYS:
-        if d.extras.get(key) is not None:
-            return display_tree(key, d.extras[key])
-    return None
-
-

@@ -1,29 +1,42 @@
-"""``diagnosis.json``: the machine interface (CI, notebooks, diffing)."""
+"""``diagnosis.json``: the machine interface (CI, notebooks, diffing), written and read back."""
 
 from __future__ import annotations
 
-import math
-from typing import Any
+from pathlib import Path
 
 import orjson
 
-from bwdiag.diagnose.model import Diagnosis
+from bwdiag.diagnose.model import Diagnosis, RecordError
+from bwdiag.errors import BwdiagError
 
 
 def render_json(diagnosis: Diagnosis) -> bytes:
     """``diagnosis.to_dict()`` as indented UTF-8 JSON with a final newline.
 
-    NaN and ±inf become ``null`` (unknown), so every JSON parser reads the file.
+    The model holds no NaN or infinity (records turn them into ``None`` when they are built), so
+    every JSON parser reads the file.
     """
     option = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
-    return orjson.dumps(_finite(diagnosis.to_dict()), option=option) + b"\n"
+    return orjson.dumps(diagnosis.to_dict(), option=option) + b"\n"
 
 
-def _finite(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
+def read_diagnosis(path: str | Path) -> Diagnosis:
+    """The :class:`Diagnosis` a ``diagnosis.json`` written by bwdiag describes (schema ``@2`` or
+    ``@1``); fields a newer bwdiag added are ignored.
+
+    Raises :class:`BwdiagError` (one line naming the file) for a file that cannot be read, is not
+    JSON, or is not a bwdiag diagnosis.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise BwdiagError(f"{path}: cannot be read ({err.strerror or err})") from None
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as err:
+        raise BwdiagError(f"{path}: not valid JSON ({err}); is it a diagnosis.json written by bwdiag?") from None
+    try:
+        return Diagnosis.from_dict(doc)
+    except (RecordError, ValueError, TypeError) as err:  # RecordError says where; the others are damage too
+        raise BwdiagError(f"{path}: not a bwdiag diagnosis: {err}") from None

@@ -3,11 +3,10 @@ step time projected once they are fixed."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from bwdiag.diagnose.model import TIME_KEYS, Diagnosis, FindingKind
-from bwdiag.report.values import clean, num
+from bwdiag.report.values import num
 
 #: Legend labels for ``time.by_bound`` keys (communication there is the *exposed* part).
 TIME_LABELS = {
@@ -62,13 +61,13 @@ def build_verdict(d: Diagnosis) -> dict:
     dominant = max(bars, key=lambda b: b["us"]) if total > 0 else None
     findings = sorted(d.findings, key=lambda f: -num(f.est_saving_us))
     projected = projected_time(d)
-    step_us = clean(d.time.step_us)
+    step_us = d.time.step_us
     verdict: dict[str, Any] = {
         "total_us": total,
         "steps": d.time.steps,
         "step_us": step_us,
-        "step_min_us": clean(d.time.step_min_us),
-        "step_max_us": clean(d.time.step_max_us),
+        "step_min_us": d.time.step_min_us,
+        "step_max_us": d.time.step_max_us,
         "step_source": d.time.step_source,
         "step_ids": id_ranges(d.time.step_ids),
         "steps_excluded": id_ranges(d.time.steps_excluded),
@@ -100,9 +99,9 @@ def build_verdict(d: Diagnosis) -> dict:
 
 
 def _abnormal(d: Diagnosis) -> list[tuple[int, float]]:
-    """(step id, duration µs) of the abnormal steps; the duration from extras when known."""
-    durs = (d.extras or {}).get("step_durations_us") or {}
-    return [(i, durs.get(i, durs.get(str(i), d.time.step_max_us or 0.0))) for i in d.time.abnormal_steps]
+    """(step id, duration µs) of the abnormal steps (the longest step's when one is not known)."""
+    durs = dict(zip(d.time.step_ids, d.time.step_durations_us))
+    return [(i, durs.get(i, d.time.step_max_us or 0.0)) for i in d.time.abnormal_steps]
 
 
 def id_ranges(ids) -> str | None:
@@ -122,7 +121,7 @@ def id_ranges(ids) -> str | None:
 def saving_shown(f) -> dict:
     """The saving a reader compares with "Step" and "Projected": per median step when the trace
     has complete steps, else the window total — with its unit, so no figure is read in the wrong one."""
-    per_step = clean(f.est_saving_per_step_us)
+    per_step = f.est_saving_per_step_us
     if per_step is not None:
         return {"saving_shown_us": per_step, "saving_unit": "per step"}
     return {"saving_shown_us": f.est_saving_us, "saving_unit": "over the window"}
@@ -131,15 +130,15 @@ def saving_shown(f) -> dict:
 def projected_time(d: Diagnosis) -> float | None:
     """The window's time if every finding were fixed; ``None`` when there are no findings.
 
-    ``extras["projected_us"]`` (computed by the findings work, which knows how findings overlap)
+    ``Diagnosis.projected_us`` (the what-if of the findings work, which knows how findings overlap)
     wins when present. Otherwise: total minus the findings' savings, where each finding draws
     only on the slices of time it acts on (``FINDING_ACTS_ON``), largest saving first, so that
     three fusion findings cannot together save more memory-bound time than the step has.
     """
     if not d.findings:
         return None
-    given = d.extras.get("projected_us")
-    if isinstance(given, (int, float)) and not isinstance(given, bool) and math.isfinite(given):
+    given = d.projected_us
+    if given is not None:
         return float(given)
     total = num(d.time.total_us)
     left = {key: num(d.time.by_bound.get(key, 0.0)) for key in TIME_KEYS}

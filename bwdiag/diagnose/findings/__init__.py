@@ -3,7 +3,8 @@
 The rules, their order and what each skips are listed in :mod:`.registry` (``RULES``; its docstring
 says how to add one). Each rule is a pure function of a :class:`~.base.RuleContext` returning
 :class:`~.base.RuleResult` s (a finding and what it acts on). After the rules, the what-if
-(:mod:`.whatif`) combines their savings into the projected window.
+(:mod:`.whatif`) combines their savings into ``Diagnosis.whatif`` (its ``projected_us`` is the
+projected window).
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ registry (:mod:`.registry`) hands the claims of the rules a rule declares it ``s
 (:meth:`RuleContext.claimed`), and the what-if (:mod:`.whatif`) combines findings without counting
 the same kernel twice or saving more time than a bound class holds.
 
-This module is also the one place in ``findings/`` that reads or writes ``diagnosis.extras``: the
-timeline facts rules need come through :attr:`RuleContext.idle`, :attr:`RuleContext.launch` and
-:attr:`RuleContext.comm_fit` as small typed views, and :func:`with_findings` writes the results back.
+This module is also the one place in ``findings/`` that reads the diagnosis' timeline sections: the
+facts rules need come through :attr:`RuleContext.idle`, :attr:`RuleContext.launch` and
+:attr:`RuleContext.comm_fit` (model records), and :func:`with_findings` writes the results back.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from bwdiag.diagnose.findings.helpers import fmt_time
-from bwdiag.diagnose.model import Diagnosis, Finding, FindingKind
+from bwdiag.diagnose.model import CommFit, Diagnosis, Finding, FindingKind, IdleBreakdown, LaunchStats, WhatIf
 from bwdiag.diagnose.names import name_matches
 
 #: A finding whose saving is under this share of the window is noise, not advice ...
@@ -60,83 +60,9 @@ class RuleResult:
         return self.finding.est_saving_us
 
 
-# -- timeline facts (typed views of diagnosis.extras) ---------------------------------------------
-
-
-@dataclass(frozen=True)
-class SyncSite:
-    """A host call the GPU waited on (``.item()``, ``cudaStreamSynchronize`` …)."""
-
-    name: Any
-    count: Any
-    total_us: float
-
-
-@dataclass(frozen=True)
-class IdleFacts:
-    """GPU idle time by cause (µs, mean per rank): :func:`bwdiag.diagnose.idle.idle_breakdown`."""
-
-    host_wait_us: float  # the GPU waiting for the host to issue work
-    gaps: float  # idle gaps counted (a mean over ranks: may be fractional)
-    sync_us: float  # host-wait explained by synchronisation
-    data_loader_us: float  # host-wait inside DataLoader __next__
-    top_syncs: tuple[SyncSite, ...] = ()
-
-
-@dataclass(frozen=True)
-class LaunchFacts:
-    """Kernel-launch facts (mean per rank): :func:`bwdiag.diagnose.launch.launch_stats`."""
-
-    kernels: float
-    short_kernels: float  # kernels under 10 µs
-    short_kernel_us: float
-    cpu_launch_us: float  # launch API calls on the host
-    gpu_busy_us: float
-    launch_bound: bool
-    mean_queue_length: float | None
-
-
-@dataclass(frozen=True)
-class CommFit:
-    """The collective latency/bandwidth fit ``t = α + n/β`` with the most points."""
-
-    alpha_us: float
-    beta_bytes_per_s: float
-    collective: str | None  # None: fitted over every collective
-
-
-def _idle_facts(idle: Any) -> IdleFacts | None:
-    if not isinstance(idle, dict):
-        return None
-    causes = idle.get("causes") or {}
-    tops = tuple(SyncSite(s.get("name"), s.get("count"), float(s.get("total_us") or 0))
-                 for s in idle.get("top_syncs") or [])
-    return IdleFacts(float(idle.get("host_wait_us") or 0.0), idle.get("gaps") or 0,
-                     float(causes.get("sync_us") or 0.0), float(causes.get("data_loader_us") or 0.0), tops)
-
-
-def _launch_facts(launch: Any) -> LaunchFacts | None:
-    if not isinstance(launch, dict):
-        return None
-    return LaunchFacts(launch.get("kernels") or 0, launch.get("short_kernels") or 0,
-                       float(launch.get("short_kernel_us") or 0), float(launch.get("cpu_launch_us") or 0),
-                       float(launch.get("gpu_busy_us") or 0), bool(launch.get("launch_bound")),
-                       launch.get("mean_queue_length"))
-
-
-def _comm_fit(fit: Any) -> CommFit | None:
-    if not isinstance(fit, dict) or not fit.get("alpha_us") or not fit.get("beta_bytes_per_s"):
-        return None
-    return CommFit(float(fit["alpha_us"]), float(fit["beta_bytes_per_s"]), fit.get("collective"))
-
-
-def with_findings(diagnosis: Diagnosis, findings: Sequence[Finding], projection: dict | None) -> Diagnosis:
-    """The diagnosis with its findings and, when there are any, the what-if projection
-    (``{"projected_us", "whatif"}``) in ``extras``."""
-    extras = dict(diagnosis.extras)
-    if projection:
-        extras.update(projection)
-    return dataclasses.replace(diagnosis, findings=tuple(findings), extras=extras)
+def with_findings(diagnosis: Diagnosis, findings: Sequence[Finding], projection: WhatIf | None) -> Diagnosis:
+    """The diagnosis with its findings and, when there are any, the what-if projection."""
+    return dataclasses.replace(diagnosis, findings=tuple(findings), whatif=projection)
 
 
 # -- the context ----------------------------------------------------------------------------------
@@ -152,22 +78,23 @@ class RuleContext:
     #: rule name -> that rule's results, for the rules this one ``skips`` (filled by the registry)
     prior: Mapping[str, tuple[RuleResult, ...]] = field(default_factory=dict)
 
-    # -- timeline facts: the only reads of ``diagnosis.extras`` in findings/ --
+    # -- timeline facts (the diagnosis' typed sections; the one place findings/ reads them) --
 
     @property
-    def idle(self) -> IdleFacts | None:
+    def idle(self) -> IdleBreakdown | None:
         """GPU idle by cause; None on CPU traces (or when the timeline did not measure it)."""
-        return _idle_facts(self.diagnosis.extras.get("idle"))
+        return self.diagnosis.idle
 
     @property
-    def launch(self) -> LaunchFacts | None:
+    def launch(self) -> LaunchStats | None:
         """Kernel-launch facts; None on CPU traces."""
-        return _launch_facts(self.diagnosis.extras.get("launch"))
+        return self.diagnosis.launch
 
     @property
     def comm_fit(self) -> CommFit | None:
         """The collective α/β fit, None without one (or with α or β zero)."""
-        return _comm_fit(self.diagnosis.extras.get("comm_fit"))
+        fit = self.diagnosis.comm_fit
+        return fit if fit is not None and fit.alpha_us and fit.beta_bytes_per_s else None
 
     # -- the window and its units --
 
@@ -250,6 +177,5 @@ class RuleContext:
 
 
 __all__ = [
-    "MIN_SAVING_BUSY_PCT", "MIN_SAVING_PCT", "CommFit", "IdleFacts", "LaunchFacts", "RuleContext", "RuleResult",
-    "SyncSite", "with_findings",
+    "MIN_SAVING_BUSY_PCT", "MIN_SAVING_PCT", "RuleContext", "RuleResult", "with_findings",
 ]

@@ -1,7 +1,7 @@
 """Helpers the findings rules share: op-table lookups, byte counts, kernel groups, evidence text.
 
 Every helper a second rule needs lives here, so that no rule module imports another. Nothing here
-reads ``diagnosis.extras``: timeline facts come through :class:`~bwdiag.diagnose.findings.base.RuleContext`.
+reads the diagnosis' timeline sections: they come through :class:`~bwdiag.diagnose.findings.base.RuleContext`.
 """
 
 from __future__ import annotations

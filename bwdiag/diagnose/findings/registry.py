@@ -17,7 +17,7 @@ Adding a rule:
 1. write ``findings/<name>.py`` with one function ``def my_rule(ctx: RuleContext) -> list[RuleResult]``
    importing only :mod:`.base` (context and result), :mod:`.helpers` (shared helpers; a helper a
    second rule needs moves there — no rule imports another rule module) and packages outside
-   ``findings/``; timeline facts come through the context's properties, never ``diagnosis.extras``;
+   ``findings/``; timeline facts come through the context's properties, never the diagnosis' sections directly;
 2. add one line to ``RULES`` where it should run, ``Rule("my_rule", my_rule)`` (and its import
    above), with ``skips=("attention", ...)`` if it must leave alone what earlier rules claimed;
 3. test it on a hand-built context (``tests/rule_context.py``, ``tests/test_rules_unit.py``).

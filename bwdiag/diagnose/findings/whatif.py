@@ -4,8 +4,8 @@ Findings are taken largest first. Each finding's saving is scaled down by the sh
 activities an earlier finding already claimed (the same kernel is never saved twice), then split
 over the bound classes its activities sit in (by their time) and capped by what each class has
 left — idle time for findings that act on GPU idle. The projected window is the total minus what
-survives; :func:`project` returns it as ``projected_us`` and the per-finding detail as ``whatif``
-(:func:`~bwdiag.diagnose.findings.base.with_findings` stores both with the diagnosis).
+survives: :func:`project` returns it with the per-finding detail as a ``model.WhatIf``
+(:func:`~bwdiag.diagnose.findings.base.with_findings` stores it with the diagnosis).
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from typing import Sequence
 import numpy as np
 
 from bwdiag.diagnose.findings.base import RuleContext, RuleResult
-from bwdiag.diagnose.model import TIME_KEYS
+from bwdiag.diagnose.model import TIME_KEYS, AppliedFinding, WhatIf
 
 #: How many findings the projection applies (the report lists the top ones first).
 TOP_FINDINGS = 10
 
 
-def project(ctx: RuleContext, results: Sequence[RuleResult]) -> dict:
-    """``{"projected_us", "whatif"}`` for the top results (already sorted by saving), each drawing
-    on the activities or idle time it acts on."""
+def project(ctx: RuleContext, results: Sequence[RuleResult]) -> WhatIf:
+    """The what-if of the top results (already sorted by saving), each drawing on the activities or
+    idle time it acts on."""
     total = ctx.total_us
     left = {k: float(ctx.diagnosis.time.by_bound.get(k, 0.0)) for k in TIME_KEYS}
     claimed: dict[int, set[int]] = defaultdict(set)
@@ -44,13 +44,11 @@ def project(ctx: RuleContext, results: Sequence[RuleResult]) -> dict:
             take = min(want, total - saved)
         take = min(take, max(0.0, total - saved))
         saved += take
-        applied.append({"kind": f.kind, "title": f.title, "est_saving_us": float(f.est_saving_us),
-                        "applied_us": float(take), "capped": bool(take < f.est_saving_us - 1e-6)})
+        applied.append(AppliedFinding(f.kind, f.title, float(f.est_saving_us), float(take),
+                                      bool(take < f.est_saving_us - 1e-6)))
     projected = float(max(0.0, total - saved))
-    saved = float(saved)
-    return {"projected_us": projected,
-            "whatif": {"findings": applied, "total_us": total, "saved_us": saved, "projected_us": projected,
-                       "speedup": float(total / projected) if projected > 0 else None}}
+    return WhatIf(tuple(applied), total, float(saved), projected,
+                  float(total / projected) if projected > 0 else None)
 
 
 def _by_class(ctx: RuleContext, result: RuleResult, claimed: dict[int, set[int]]) -> dict[str, float]:

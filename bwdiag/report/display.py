@@ -1,7 +1,8 @@
-"""Turn free-form ``diagnosis.extras`` values into small display trees the page can render.
+"""Turn a section of the diagnosis (its diagnosis.json form) into a small display tree the page renders.
 
-Other stages add keys to ``extras`` as they grow (``idle_breakdown`` from the timeline work, …), and
-the report must show whatever is there without knowing it in advance. A display tree is plain data:
+The idle breakdown, launch facts, torch.compile facts, step durations and the what-if are shown this
+way, labelled from their field names, so a field added to a section shows up without template work.
+A display tree is plain data:
 
 * ``{"kind": "kv", "rows": [{"label", "value", "share", "child"}]}`` — a mapping, one row per key;
   ``share`` is the row's percentage of the mapping's time total when its values are times;
@@ -10,7 +11,7 @@ the report must show whatever is there without knowing it in advance. A display 
 
 Values are formatted from their key's suffix: ``*_us`` are µs, ``*_pct`` percentages, ``*bytes``
 byte counts, ``*_per_s`` rates; inside a mapping whose own key says time (``idle_breakdown``) bare
-numbers are µs as well.
+numbers are µs as well (``step_durations_us``: step id -> µs).
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from typing import Any
 
 from bwdiag.report.units import fmt_bandwidth, fmt_bytes, fmt_count, fmt_pct, fmt_si, fmt_time
 
-#: Extras that break a time down into parts: shown with each part's share, and their bare
+#: Sections that break a time down into parts: shown with each part's share, and their bare
 #: numbers are µs when no key in the mapping names its unit.
-TIME_VALUED_KEYS = frozenset({"idle_breakdown", "idle_breakdown_us", "idle", "idle_us"})
+TIME_VALUED_KEYS = frozenset({"idle", "idle_us"})
 
 #: Most rows a list is shown with; the rest are counted, not dropped silently.
 MAX_LIST_ROWS = 50
@@ -95,7 +96,7 @@ def _is_time_key(key: str, time_valued: bool) -> bool:
 
 
 def display_tree(key: str, value: Any, *, time_valued: bool | None = None, depth: int = 0) -> dict:
-    """The display tree for ``extras[key] = value`` (see the module docstring)."""
+    """The display tree for section ``key`` holding ``value`` (see the module docstring)."""
     if time_valued is None:
         time_valued = str(key).lower() in TIME_VALUED_KEYS or names_us(key)
     if depth >= _MAX_DEPTH:
@@ -147,7 +148,7 @@ def _shares(times: dict[str, float]) -> dict[str, float]:
 
 
 def _rows_tree(key: str, value: dict, *, time_valued: bool) -> dict:
-    """A mapping of mappings (``idle_by_rank``: rank -> facts) as a table, one row per key.
+    """A mapping of mappings (``idle_by_rank`` as rank -> facts) as a table, one row per key.
 
     Only scalar facts become columns; nested ones are summed up in the aggregate beside it."""
     first = "Rank" if str(key).lower().endswith("by_rank") else humanize(key)
