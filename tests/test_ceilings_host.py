@@ -239,7 +239,10 @@ def test_calibration_rewritten_during_the_analysis_does_not_change_it(cache, tmp
         return original(t, spec)
 
     monkeypatch.setattr(build, "analyze_rank", rewrite_then_analyze)
-    during = analyze([trace, trace])  # two "ranks": both analysed after the rewrite
+    # two ranks of one job (one recording, distributedInfo ranks 0 and 1): both analysed after the rewrite
+    ranks = [_rewrite(trace, tmp_path / f"rank{r}.json", lambda d, r=r: d.update(distributedInfo={"rank": r}))
+             for r in (0, 1)]
+    during = analyze(ranks)
     assert len(calls) == 2 and all(s.memory_bandwidth == BANDWIDTH for s in calls)
     assert during.device.memory_bandwidth == BANDWIDTH
     assert during.device.calibration["measured_at"] == "2026-01-02T03:04:05+00:00"
