@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bwdiag.report.units import fmt_count, fmt_pct, fmt_time
+from bwdiag.units import fmt_count, fmt_pct, fmt_time
 from tests.conftest import H100_BERT, REPO, raw_events, shared_trace
 
 CONTROL = "hta/trace_diff/control/control.json.gz"  # integer µs, 6 ProfilerSteps, NCCL

@@ -16,7 +16,7 @@ from bwdiag.errors import OutputError
 from bwdiag.report import build_context, print_summary, render_html, render_json, write_atomic
 from bwdiag.report.files import open_in_browser
 from bwdiag.report.html import templates_dir
-from bwdiag.report.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
+from bwdiag.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
 from tests.report_fixtures import HOSTILE, cpu_diagnosis, gpu_diagnosis
 
 

@@ -11,9 +11,9 @@ from rich.table import Table
 from rich.text import Text
 
 from bwdiag.diagnose.model import Diagnosis
-from bwdiag.report.context import build_context, kernel_records
-from bwdiag.report.verdict import TOP_FINDINGS
-from bwdiag.report.units import fmt_pct, fmt_time
+from bwdiag.report.context import build_context, top_kernel_rows
+from bwdiag.report.verdict import VERDICT_FINDINGS
+from bwdiag.units import fmt_pct, fmt_time
 
 #: Colours shared in spirit with the page's CSS (``--c-compute`` …).
 BOUND_STYLES = {
@@ -110,7 +110,7 @@ def print_summary(
         table.add_column("#", justify="right", style="dim")
         table.add_column("finding")
         table.add_column("saves", justify="right", style="green")
-        for i, f in enumerate(ctx["findings"][:TOP_FINDINGS], 1):
+        for i, f in enumerate(ctx["findings"][:VERDICT_FINDINGS], 1):
             fix = (f["fix"] or "").strip().splitlines()
             cell = Text(f["title"], style="bold")
             if fix:
@@ -118,8 +118,8 @@ def print_summary(
             table.add_row(str(i), cell, f"{fmt_time(f['saving_shown_us'])} {f['saving_unit']}\n"
                                         f"({fmt_pct(f['saving_pct'])})")
         console.print(table)
-        if len(ctx["findings"]) > TOP_FINDINGS:
-            console.print(Text(f"… and {len(ctx['findings']) - TOP_FINDINGS} more in the report",
+        if len(ctx["findings"]) > VERDICT_FINDINGS:
+            console.print(Text(f"… and {len(ctx['findings']) - VERDICT_FINDINGS} more in the report",
                                style="dim"))
         if v["projected_us"] is not None:
             proj = Text("Projected after fixes: ", style="bold")
@@ -134,7 +134,7 @@ def print_summary(
     else:
         console.print(Text("No findings: nothing bwdiag knows how to fix stands out.", style="dim"))
 
-    records = kernel_records(ctx)
+    records = top_kernel_rows(diagnosis, TOP_KERNELS)
     if records:
         noun = ctx["item_label"].lower()
         table = Table(title=f"Top {noun}s by time", title_justify="left", show_edge=False,
