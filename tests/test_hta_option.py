@@ -50,7 +50,7 @@ def _analyze_with_hta(rel: str, tmp_path_factory):
     assert done.returncode == 0, done.stderr
     doc = json.loads((out / "diagnosis.json").read_text())
     html = (out / "report.html").read_text()
-    return path, doc, done.stderr, html
+    return path, doc, done.stdout, html
 
 
 @pytest.fixture(scope="module")
