@@ -144,7 +144,7 @@ def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | N
             diagnosis, hta = pipeline.compare_with_hta(traces, diagnosis, progress=sys.stderr.isatty())
         with interrupts.writing():
             outputs = pipeline.write_outputs(diagnosis, out_dir, force=True, hta=hta)
-    pipeline.print_summary(diagnosis, outputs, hta=hta)
+    pipeline.print_summary(diagnosis, outputs, hta=hta, file=sys.stdout)  # the command's output: `> file` keeps it
     if open_report:
         from bwdiag.report.files import open_in_browser
 

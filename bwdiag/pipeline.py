@@ -180,17 +180,18 @@ def _remove_created(files: list[Path], folders: list[Path]) -> None:
 
 
 def print_summary(diagnosis: Diagnosis, outputs: dict[str, Path] | None = None, file=None,
-                  hta: dict | None = None) -> None:
+                  hta: dict | None = None, **style) -> None:
     """The terminal verdict: time by bound, top findings and kernels, coverage, where the files are
-    (with ``hta``: HTA's figures beside bwdiag's before the file paths)."""
+    (with ``hta``: HTA's figures beside bwdiag's before the file paths). ``style``: ``width`` and
+    ``brand`` of :func:`bwdiag.report.terminal.print_summary`."""
     from bwdiag.report.terminal import print_summary as _print
 
     if hta is None:
-        _print(diagnosis, outputs=outputs, file=file)
+        _print(diagnosis, outputs=outputs, file=file, **style)
         return
     from bwdiag.report.hta_view import print_terminal
 
-    _print(diagnosis, outputs=None, file=file)
+    _print(diagnosis, outputs=None, file=file, **style)
     print_terminal(hta, outputs, file=file)
 
 

@@ -1,7 +1,7 @@
 /* bwdiag report: roofline chart, kernel table and small interactions.
  * Inlined into report.html. Data comes only from the JSON block #data; every string from it is
  * put into the page with textContent or setAttribute, never parsed as HTML. Number formatting
- * follows bwdiag/report/units.py. */
+ * follows bwdiag/units.py. */
 (function () {
   "use strict";
   var D = JSON.parse(document.getElementById("data").textContent);

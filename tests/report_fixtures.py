@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 
 from bwdiag.diagnose.model import (
+    AppliedFinding,
     Coverage,
     CollectiveRow,
     DeviceInfo,
@@ -19,6 +20,7 @@ from bwdiag.diagnose.model import (
     RankSummary,
     Source,
     TimeBreakdown,
+    WhatIf,
 )
 from bwdiag.pipeline import analyze
 from tests.conftest import SHARED_TRACES, shared_trace
@@ -97,6 +99,16 @@ FINDINGS = (
             est_saving_pct=2.5, evidence=(GEMM.name,), fix="import transformer_engine"),
 )
 
+# The what-if of FINDINGS (as findings/whatif.py caps each by the time it acts on): fusion 3000 from
+# memory+latency (5000), overlap 2500 from exposed communication (3000), the second fusion 2000 of its
+# 2500 (2000 left), fp8 500 from compute: 8000 of 20000 µs saved -> 12000 µs.
+WHATIF = WhatIf(
+    findings=(AppliedFinding("fusion", FINDINGS[0].title, 3000.0, 3000.0, False),
+              AppliedFinding("overlap", FINDINGS[1].title, 2500.0, 2500.0, False),
+              AppliedFinding("fusion", FINDINGS[2].title, 2500.0, 2000.0, True),
+              AppliedFinding("quantization", FINDINGS[3].title, 500.0, 500.0, False)),
+    total_us=20000.0, saved_us=8000.0, projected_us=12000.0, speedup=20000.0 / 12000.0)
+
 # total 20 ms: compute 8 + memory 4 + latency 1 + exposed comm 3 + idle 3 + unknown 1.
 TIME = TimeBreakdown(
     total_us=20000.0,
@@ -129,6 +141,7 @@ def gpu_diagnosis(**changes) -> Diagnosis:
                           busbw=266.7e9, pct_of_link=88.9, group_size=2, dtype="bf16"),
         ),
         findings=FINDINGS,
+        whatif=WHATIF,
         coverage=Coverage(linked_pct=83.5, estimated_pct=78.25),
         warnings=("rank1.json.gz: closing ] missing; read the 1,204 complete events",),
         ranks=RANKS,

@@ -54,7 +54,7 @@ def test_every_shared_trace_analyzes_to_the_contract(rel, tmp_path):
     for c in doc["collectives"]:
         assert 0 <= c["exposed_us"] <= c["total_us"] + 1e-6
     assert 0 <= doc["coverage"]["linked_pct"] <= 100 and 0 <= doc["coverage"]["estimated_pct"] <= 100
-    assert dev["name"] in " ".join(proc.stderr.split())  # the terminal names the device
+    assert dev["name"] in " ".join(proc.stdout.split())  # the summary (on stdout) names the device
 
 
 
@@ -176,7 +176,7 @@ def test_console_program_ends_fast_but_complete(tmp_path):
     out = tmp_path / "out"
     proc = _run_cli("analyze", str(shared_trace(H100_BERT)), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
-    lines = proc.stderr.rstrip("\n").splitlines()
+    lines = proc.stdout.rstrip("\n").splitlines()  # the summary is the command's output: `> file` keeps it
     assert lines[-2:] == [f"json: {out / 'diagnosis.json'}", f"html: {out / 'report.html'}"]
     assert json.loads((out / "diagnosis.json").read_text())["schema"] == "bwdiag/diagnosis@2"
     assert (out / "report.html").read_text().rstrip().endswith("</html>")

@@ -41,7 +41,7 @@ def salvage(case: str, tmp_path: Path) -> tuple[dict, str]:
     assert res.exit_code == 0, (res.stderr, res.exception)
     diagnosis = json.loads((out / "diagnosis.json").read_text(), parse_constant=_no_constants)
     assert (out / "report.html").stat().st_size > 0
-    return diagnosis, res.stderr
+    return diagnosis, res.stdout
 
 
 def _no_constants(name: str):

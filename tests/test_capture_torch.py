@@ -439,3 +439,31 @@ def test_a_compiled_model_gets_no_warning_from_bwdiags_hooks(tmp_path: Path) -> 
     assert ours.stdout == plain.stdout == "done\n"
     trace, _ = _load(tmp_path / "out" / "rank0.pt.trace.json.gz")
     assert trace["bwdiag"]["steps_captured"] == 2
+
+
+def test_run_summary_fits_an_80_column_terminal(tmp_path: Path) -> None:
+    """The summary is drawn 8 columns narrower than the terminal, so with the ``bwdiag: `` prefix no
+    line wraps; no doubled words; an op in several rows shows the shapes that tell them apart."""
+    (tmp_path / "t.py").write_text(textwrap.dedent(
+        """
+        import torch
+        m = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64))
+        opt = torch.optim.SGD(m.parameters(), lr=0.01)
+        for _ in range(6):
+            m(torch.randn(32, 64)).pow(2).mean().backward()
+            opt.step(); opt.zero_grad()
+        """
+    ))
+    env = {**_env(), "COLUMNS": "80"}
+    result = subprocess.run([sys.executable, "-m", "bwdiag", "run", "--wait", "1", "--warmup", "1", "--active", "2",
+                             "-o", "out", "t.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    summary = [l for l in lines if not l.startswith("bwdiag: warning: ")]  # warnings are one long line each
+    assert max(len(l) for l in summary) <= 80, max(summary, key=len)
+    assert not any(l.startswith("bwdiag: bwdiag") for l in lines)
+    assert not any("(assumed)" in l and "assumed CPU" in l for l in lines)
+    rows = [l.split(" │ ")[0].removeprefix("bwdiag: ") for l in lines if " │ " in l and "%" in l]
+    names = [r.split(" ")[0] for r in rows]
+    for row, name in zip(rows, names):  # an op in several rows carries its shapes
+        assert names.count(name) == 1 or "[" in row, rows

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bwdiag.report.units import fmt_count, fmt_pct, fmt_time
+from bwdiag.units import fmt_count, fmt_pct, fmt_time
 from tests.conftest import H100_BERT, REPO, raw_events, shared_trace
 
 CONTROL = "hta/trace_diff/control/control.json.gz"  # integer µs, 6 ProfilerSteps, NCCL
@@ -50,7 +50,7 @@ def _analyze_with_hta(rel: str, tmp_path_factory):
     assert done.returncode == 0, done.stderr
     doc = json.loads((out / "diagnosis.json").read_text())
     html = (out / "report.html").read_text()
-    return path, doc, done.stderr, html
+    return path, doc, done.stdout, html
 
 
 @pytest.fixture(scope="module")

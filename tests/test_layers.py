@@ -32,7 +32,7 @@ LAYER_ORDER: tuple[tuple[str, ...], ...] = (
     ("diagnose",),
     ("costs", "hardware"),
     ("trace",),
-    ("errors", "cache", "_version"),
+    ("errors", "cache", "_version", "units"),
 )
 LAYERS: dict[str, int] = {p: len(LAYER_ORDER) - i for i, parts in enumerate(LAYER_ORDER) for p in parts}
 # One layer, one unit: the CLI entry modules may import each other.

@@ -41,18 +41,26 @@ def test_top_findings_are_the_three_largest_savings():
     assert v["more_findings"] == 1
 
 
-def test_projection_caps_each_finding_at_the_time_it_acts_on():
-    # fusion 3000 from memory(4000)+latency(1000): takes 3000, leaving memory 1000, latency 1000.
-    # overlap 2500 from exposed communication 3000: takes 2500.
-    # second fusion wants 2500, memory+latency have 2000 left: takes 2000.
-    # quantization 500 from compute 8000: takes 500.  Saved 8000 of 20000 -> 12000 µs.
-    d = gpu_diagnosis()
-    assert projected_time(d) == 12000.0
+def test_verdict_shows_the_whatif_projection_per_step():
+    # The what-if (findings/whatif.py, tested in test_findings_whatif) projects 12000 of 20000 µs;
+    # the verdict scales it to the 5000 µs median step: 5000 × 12000/20000 = 3000 µs, 40 % saved.
+    whatif = WhatIf(findings=(AppliedFinding("fusion", "f", 3000.0, 8000.0, True),), total_us=20000.0,
+                    saved_us=8000.0, projected_us=12000.0, speedup=20000.0 / 12000.0)
+    d = gpu_diagnosis(whatif=whatif)
+    assert projected_time(d) == 12000.0 and d.whatif == whatif
     v = build_context(d)["verdict"]
     assert v["projected_us"] == 12000.0
     assert v["saving_pct"] == 40.0
-    assert v["projected_step_us"] == 3000.0  # 5000 µs step × 12000/20000
+    assert v["projected_step_us"] == 3000.0
     assert v["speedup"] == pytest.approx(20000 / 12000)
+
+
+def test_the_verdict_never_projects_on_its_own():
+    # Findings without the what-if's projection (a hand-made diagnosis): no second, simpler
+    # projection is made up in the report.
+    d = gpu_diagnosis(whatif=None)
+    assert projected_time(d) is None
+    assert build_context(d)["verdict"]["projected_us"] is None
 
 
 def test_projection_from_findings_work_wins():
@@ -66,11 +74,6 @@ def test_projection_from_findings_work_wins():
 def test_no_projection_without_findings():
     v = build_context(gpu_diagnosis(findings=()))["verdict"]
     assert v["projected_us"] is None and v["saving_pct"] is None and v["top_findings"] == []
-
-
-def test_projection_never_below_zero():
-    big = dataclasses.replace(gpu_diagnosis().findings[3], kind="other", est_saving_us=1e9)
-    assert projected_time(gpu_diagnosis(findings=(big,))) == 0.0
 
 
 def test_kernels_sorted_by_time_with_shares():
@@ -176,7 +179,7 @@ def test_sections_without_a_place_are_shown_generically():
     compiled = CompiledFacts(regions=3, residual_us=1500.0, residual_estimated_us=500.0, compile_spans=1,
                              compile_us=2.5e6)
     time = dataclasses.replace(gpu_diagnosis().time, step_ids=(7, 8), step_durations_us=(5000.0, 5200.0))
-    ctx = build_context(gpu_diagnosis(compiled=compiled, time=time))
+    ctx = build_context(gpu_diagnosis(compiled=compiled, time=time, whatif=None))
     assert [x["key"] for x in ctx["sections"]] == ["compiled", "step_durations_us"]
     rows = {r["label"]: r["value"] for r in ctx["sections"][0]["tree"]["rows"]}
     assert rows == {"Regions": "3", "Residual": "1.5 ms", "Residual estimated": "500 µs",
@@ -213,7 +216,7 @@ def test_timeline_by_rank_straggler_and_fits():
     straggler = Straggler(rank=1, made_others_wait_us=123301.0, arrived_last_calls=7, matched_calls=10,
                           wait_us_by_rank=(RankWait(0, 123301.0), RankWait(1, 106155.0)))
     fit = CommFit(collective="send_recv", alpha_us=45294.7, beta_bytes_per_s=7.4e10, n=12, sizes=6)
-    d = gpu_diagnosis(idle_by_rank=idle, launch_by_rank=launch, straggler=straggler, comm_fits=(fit,))
+    d = gpu_diagnosis(idle_by_rank=idle, launch_by_rank=launch, straggler=straggler, comm_fits=(fit,), whatif=None)
     ctx = build_context(d)
     table = ctx["idle_by_rank"]
     assert table["columns"][:6] == ["Rank", "Idle", "Host wait", "Kernel wait", "Other", "Gaps"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -16,8 +17,8 @@ from bwdiag.errors import OutputError
 from bwdiag.report import build_context, print_summary, render_html, render_json, write_atomic
 from bwdiag.report.files import open_in_browser
 from bwdiag.report.html import templates_dir
-from bwdiag.report.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
-from tests.report_fixtures import HOSTILE, cpu_diagnosis, gpu_diagnosis
+from bwdiag.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_pct, fmt_time
+from tests.report_fixtures import ADD, GEMM, HOSTILE, cpu_diagnosis, gpu_diagnosis
 
 
 class _Page(HTMLParser):
@@ -151,6 +152,16 @@ def test_terminal_summary_has_verdict_and_findings():
     assert "Top kernels by time" in text
     # (2*2048^3*100 FLOP / 8 ms = 214.7 TFLOP/s = 68.8% of 312 TFLOP/s)
     assert re.search(r"sm80_xmma_gemm\S* │ 8 ms │ 47.1% │ compute │ 68.8%", text)
+
+
+def test_terminal_rows_of_one_op_show_their_shapes():
+    # Two groups of aten::mm (forward and backward) read the same without their shapes.
+    a = dataclasses.replace(GEMM, name="aten::mm", shapes="f32[64, 256], f32[256, 512]", total_us=9000.0)
+    b = dataclasses.replace(GEMM, name="aten::mm", shapes="f32[256, 64], f32[64, 512]", total_us=7000.0)
+    out = io.StringIO()
+    print_summary(gpu_diagnosis(kernels=(a, b, ADD)), file=out, width=120)
+    text = out.getvalue()
+    assert "aten::mm f32[64, 256], f32[256, 512]" in text and "aten::mm f32[256, 64], f32[64, 512]" in text
 
 
 def test_terminal_summary_goes_to_stderr_by_default(capsys):

@@ -193,7 +193,11 @@ def _ranges(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks)) if len(ranks) <= 6 else f"{ranks[0]}..{ranks[-1]}"
 
 
+#: What starts every line bwdiag writes to stderr under ``bwdiag run`` / ``bwdiag.profile``.
+PREFIX = "bwdiag: "
+
+
 def say_line(message: str) -> None:
     """bwdiag's own stderr line: always prefixed ``bwdiag: `` so it can be told from the script's."""
-    sys.stderr.write(f"bwdiag: {message}\n")
+    sys.stderr.write(f"{PREFIX}{message}\n")
     sys.stderr.flush()

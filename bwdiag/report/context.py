@@ -14,9 +14,9 @@ from bwdiag.diagnose.model import Bound, Diagnosis, KernelRow, SpecSource
 from bwdiag.report.display import display_tree, humanize
 from bwdiag.report.roofline import build_roofline, plottable
 from bwdiag.report.values import bound_of, jsonable, num
-from bwdiag.report.verdict import TOP_FINDINGS, build_verdict, projected_time, saving_shown
+from bwdiag.report.verdict import VERDICT_FINDINGS, build_verdict, projected_time, saving_shown
 
-__all__ = ["build_context", "kernel_records", "projected_time", "TOP_FINDINGS", "KERNEL_COLUMNS"]
+__all__ = ["build_context", "kernel_records", "projected_time", "VERDICT_FINDINGS", "KERNEL_COLUMNS"]
 
 SPEC_SOURCE_NOTES = {
     SpecSource.TABLE.value: "datasheet table shipped with bwdiag (dense peaks)",
@@ -34,7 +34,7 @@ def build_context(diagnosis: Diagnosis) -> dict:
     Kernel rows are ordered by total time, longest first; ``roofline.points[*].k``,
     ``roofline.unplotted[*].k`` and finding evidence refer to kernels by that index.
     """
-    kernels = sorted(diagnosis.kernels, key=lambda k: (-num(k.total_us), k.rank, k.name))
+    kernels = sorted_kernels(diagnosis)
     kernel_rows = _kernel_rows(kernels)
     sections = diagnosis.sections_dict()
     ranks = sorted({k.rank for k in kernels} | set(diagnosis.source.ranks))
@@ -160,7 +160,7 @@ KERNEL_COLUMNS = (
 
 
 def kernel_records(ctx: dict) -> list[dict]:
-    """The kernel table of a context as one dict per group (what the page's JS rebuilds)."""
+    """The page's kernel table (columns + rows) back as one dict per group, as its JS rebuilds it."""
     columns = ctx["kernels"]["columns"]
     return [dict(zip(columns, row)) for row in ctx["kernels"]["rows"]]
 
@@ -169,8 +169,20 @@ def _columns(rows: list[dict]) -> dict:
     return {"columns": list(KERNEL_COLUMNS), "rows": [[r[c] for c in KERNEL_COLUMNS] for r in rows]}
 
 
-def _kernel_rows(kernels: list[KernelRow]) -> list[dict]:
-    total = sum(num(k.total_us) for k in kernels)
+def sorted_kernels(diagnosis: Diagnosis) -> list[KernelRow]:
+    """The kernel groups by total time, longest first (the page's and the terminal's order)."""
+    return sorted(diagnosis.kernels, key=lambda k: (-num(k.total_us), k.rank, k.name))
+
+
+def top_kernel_rows(diagnosis: Diagnosis, n: int) -> list[dict]:
+    """The ``n`` longest kernel groups as row dicts (shares of all kernel time), for the terminal."""
+    kernels = sorted_kernels(diagnosis)
+    return _kernel_rows(kernels[:n], total=sum(num(k.total_us) for k in kernels))
+
+
+def _kernel_rows(kernels: list[KernelRow], total: float | None = None) -> list[dict]:
+    if total is None:
+        total = sum(num(k.total_us) for k in kernels)
     rows = []
     for k in kernels:
         mean = k.mean_us if k.mean_us else (num(k.total_us) / k.count if k.count else None)

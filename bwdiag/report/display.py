@@ -20,7 +20,7 @@ import math
 import numbers
 from typing import Any
 
-from bwdiag.report.units import fmt_bandwidth, fmt_bytes, fmt_count, fmt_pct, fmt_si, fmt_time
+from bwdiag.units import fmt_bandwidth, fmt_bytes, fmt_count, fmt_pct, fmt_si, fmt_time
 
 #: Sections that break a time down into parts: shown with each part's share, and their bare
 #: numbers are µs when no key in the mapping names its unit.

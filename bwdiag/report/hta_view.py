@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from bwdiag.diagnose.model import Diagnosis
-from bwdiag.report.units import fmt_count, fmt_pct, fmt_time
+from bwdiag.units import fmt_count, fmt_pct, fmt_time
 
 #: The compared figures: key, label, unit ("us" | "pct" | "count").
 ROWS = (

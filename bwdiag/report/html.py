@@ -18,7 +18,7 @@ from markupsafe import Markup
 from bwdiag._version import __version__
 from bwdiag.cache import cache_dir
 from bwdiag.diagnose.model import Diagnosis
-from bwdiag.report import units
+from bwdiag import units
 from bwdiag.report.context import build_context
 
 _PAGE = "report.html.j2"

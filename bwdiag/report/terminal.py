@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import IO
 
@@ -11,9 +12,9 @@ from rich.table import Table
 from rich.text import Text
 
 from bwdiag.diagnose.model import Diagnosis
-from bwdiag.report.context import build_context, kernel_records
-from bwdiag.report.verdict import TOP_FINDINGS
-from bwdiag.report.units import fmt_pct, fmt_time
+from bwdiag.report.context import build_context, top_kernel_rows
+from bwdiag.report.verdict import VERDICT_FINDINGS
+from bwdiag.units import fmt_pct, fmt_time
 
 #: Colours shared in spirit with the page's CSS (``--c-compute`` …).
 BOUND_STYLES = {
@@ -57,22 +58,27 @@ def coverage_line(cov: dict, noun: str = "kernel") -> str:
 
 
 def print_summary(
-    diagnosis: Diagnosis, *, outputs: dict[str, Path] | None = None, file: IO[str] | None = None
+    diagnosis: Diagnosis, *, outputs: dict[str, Path] | None = None, file: IO[str] | None = None,
+    width: int | None = None, brand: bool = True,
 ) -> None:
     """Print the verdict, the time-by-bound bar, the top findings and the written files.
 
     Goes to ``file`` (stderr by default, so stdout stays the user's); ``outputs`` maps a label
-    (``"report"``, ``"json"``) to the path written.
+    (``"report"``, ``"json"``) to the path written. ``width`` is the line width to draw at (default:
+    the terminal's, 80 when not a terminal); ``brand=False`` leaves the leading ``bwdiag`` off the
+    first line, for callers that prefix every line with ``bwdiag: `` themselves.
     """
     ctx = build_context(diagnosis)
-    console = Console(file=file if file is not None else sys.stderr, highlight=False)
+    console = Console(file=file if file is not None else sys.stderr, highlight=False, width=width)
     v = ctx["verdict"]
     dev = ctx["device"]
 
     head = Text()
-    head.append("bwdiag ", style="bold")
+    if brand:
+        head.append("bwdiag ", style="bold")
     head.append(ctx["title"].removeprefix("bwdiag report: "))
-    head.append(f"  ·  {dev['name']} ({dev['spec_source']})", style="dim")
+    source = "" if dev["spec_source"] in dev["name"].lower() else f" ({dev['spec_source']})"
+    head.append(f"  ·  {dev['name']}{source}", style="dim")
     console.print(head)
 
     when = Text()
@@ -110,7 +116,7 @@ def print_summary(
         table.add_column("#", justify="right", style="dim")
         table.add_column("finding")
         table.add_column("saves", justify="right", style="green")
-        for i, f in enumerate(ctx["findings"][:TOP_FINDINGS], 1):
+        for i, f in enumerate(ctx["findings"][:VERDICT_FINDINGS], 1):
             fix = (f["fix"] or "").strip().splitlines()
             cell = Text(f["title"], style="bold")
             if fix:
@@ -118,8 +124,8 @@ def print_summary(
             table.add_row(str(i), cell, f"{fmt_time(f['saving_shown_us'])} {f['saving_unit']}\n"
                                         f"({fmt_pct(f['saving_pct'])})")
         console.print(table)
-        if len(ctx["findings"]) > TOP_FINDINGS:
-            console.print(Text(f"… and {len(ctx['findings']) - TOP_FINDINGS} more in the report",
+        if len(ctx["findings"]) > VERDICT_FINDINGS:
+            console.print(Text(f"… and {len(ctx['findings']) - VERDICT_FINDINGS} more in the report",
                                style="dim"))
         if v["projected_us"] is not None:
             proj = Text("Projected after fixes: ", style="bold")
@@ -134,7 +140,7 @@ def print_summary(
     else:
         console.print(Text("No findings: nothing bwdiag knows how to fix stands out.", style="dim"))
 
-    records = kernel_records(ctx)
+    records = top_kernel_rows(diagnosis, TOP_KERNELS)
     if records:
         noun = ctx["item_label"].lower()
         table = Table(title=f"Top {noun}s by time", title_justify="left", show_edge=False,
@@ -146,8 +152,11 @@ def print_summary(
         table.add_column("share", justify="right", no_wrap=True, min_width=6)
         table.add_column("bound", no_wrap=True, min_width=13)
         table.add_column("% ceiling", justify="right", no_wrap=True, min_width=9)
+        repeated = Counter(r["name"] for r in records)
         for r in records[:TOP_KERNELS]:
-            table.add_row(Text(_shorten(r["name"], width)), fmt_time(r["total_us"]), fmt_pct(r["share_pct"]),
+            # The same op (aten::mm) in several rows: its shapes tell the rows apart.
+            label = f"{r['name']} {r['shapes']}" if repeated[r["name"]] > 1 and r.get("shapes") else r["name"]
+            table.add_row(Text(_shorten(label, width)), fmt_time(r["total_us"]), fmt_pct(r["share_pct"]),
                           Text(r["bound"], style=BOUND_STYLES.get(r["bound"], "")),
                           fmt_pct(r["pct_of_ceiling"]))
         console.print(table)

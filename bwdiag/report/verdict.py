@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bwdiag.diagnose.model import TIME_KEYS, Diagnosis, FindingKind
+from bwdiag.diagnose.model import TIME_KEYS, Diagnosis
 from bwdiag.report.values import num
 
 #: Legend labels for ``time.by_bound`` keys (communication there is the *exposed* part).
@@ -28,24 +28,8 @@ HEADLINES = {
     "unknown": "Mostly unclassified: most time is in kernels bwdiag has no cost estimate for",
 }
 
-#: The slices of the step each kind of finding can shorten; a projection never saves more time
-#: from a slice than the slice holds. Kinds not listed are capped only by the total.
-FINDING_ACTS_ON: dict[str, tuple[str, ...]] = {
-    FindingKind.FUSION.value: ("memory", "latency"),
-    FindingKind.QUANTIZATION.value: ("compute", "memory"),
-    FindingKind.PRECISION.value: ("compute", "memory"),
-    FindingKind.LAYOUT.value: ("compute", "memory"),
-    FindingKind.CAST.value: ("memory", "latency"),
-    FindingKind.OVERLAP.value: ("communication",),
-    FindingKind.LAUNCH_OVERHEAD.value: ("latency", "idle"),
-    FindingKind.BATCHING.value: ("latency", "idle"),
-    FindingKind.HOST_BOUND.value: ("idle",),
-    FindingKind.DATA_LOADER.value: ("idle",),
-    FindingKind.SYNC.value: ("idle",),
-}
-
-#: Findings named in the verdict (the rest are counted there and listed below).
-TOP_FINDINGS = 3
+#: Findings named in the verdict and the terminal summary (the rest are counted and listed below).
+VERDICT_FINDINGS = 3
 
 
 def build_verdict(d: Diagnosis) -> dict:
@@ -82,9 +66,9 @@ def build_verdict(d: Diagnosis) -> dict:
         "top_findings": [
             {"kind": f.kind, "title": f.title, "saving_us": f.est_saving_us,
              "saving_pct": f.est_saving_pct, **saving_shown(f)}
-            for f in findings[:TOP_FINDINGS]
+            for f in findings[:VERDICT_FINDINGS]
         ],
-        "more_findings": max(0, len(findings) - TOP_FINDINGS),
+        "more_findings": max(0, len(findings) - VERDICT_FINDINGS),
         "projected_us": projected,
         "projected_step_us": None,
         "saving_pct": None,
@@ -128,31 +112,7 @@ def saving_shown(f) -> dict:
 
 
 def projected_time(d: Diagnosis) -> float | None:
-    """The window's time if every finding were fixed; ``None`` when there are no findings.
-
-    ``Diagnosis.projected_us`` (the what-if of the findings work, which knows how findings overlap)
-    wins when present. Otherwise: total minus the findings' savings, where each finding draws
-    only on the slices of time it acts on (``FINDING_ACTS_ON``), largest saving first, so that
-    three fusion findings cannot together save more memory-bound time than the step has.
-    """
-    if not d.findings:
-        return None
+    """The window's time once the findings are fixed: the what-if of the findings
+    (:mod:`bwdiag.diagnose.findings.whatif`, which knows how findings overlap); ``None`` without one."""
     given = d.projected_us
-    if given is not None:
-        return float(given)
-    total = num(d.time.total_us)
-    left = {key: num(d.time.by_bound.get(key, 0.0)) for key in TIME_KEYS}
-    saved = 0.0
-    for f in sorted(d.findings, key=lambda f: -num(f.est_saving_us)):
-        want = max(0.0, num(f.est_saving_us))
-        slices = FINDING_ACTS_ON.get(f.kind)
-        if slices is None:
-            take = want
-        else:
-            take = 0.0
-            for key in slices:
-                part = min(want - take, left[key])
-                left[key] -= part
-                take += part
-        saved += take
-    return max(0.0, total - min(saved, total))
+    return float(given) if given is not None and d.findings else None

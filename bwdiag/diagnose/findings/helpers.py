@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from bwdiag.costs.dtypes import dtype_bytes
+from bwdiag.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_time  # noqa: F401  (re-exported to the rules)
 
 
 #: Evidence lines listing modules/kernels stop after this many (the rest are counted).
@@ -139,42 +140,6 @@ def short_list(items: Iterable[str], limit: int = MAX_EVIDENCE_ITEMS) -> str:
     seen = list(dict.fromkeys(i for i in items if i))
     text = ", ".join(seen[:limit])
     return text + (f", … and {len(seen) - limit} more" if len(seen) > limit else "")
-
-
-def _sig(value: float) -> str:
-    text = f"{value:.3g}"
-    return text if "e" not in text else f"{value:.0f}"
-
-
-def _si(value: float, unit: str) -> str:
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{_sig(value / scale)} {prefix}{unit}"
-    return f"{_sig(value)} {unit}"
-
-
-def fmt_time(us: float) -> str:
-    """Microseconds as ``850 µs`` / ``12.3 ms`` / ``4.56 s`` (the report's convention)."""
-    if abs(us) >= 1e6:
-        return f"{_sig(us / 1e6)} s"
-    if abs(us) >= 1e3:
-        return f"{_sig(us / 1e3)} ms"
-    return f"{_sig(us)} µs"
-
-
-def fmt_bytes(n: float) -> str:
-    """``64 MB`` (decimal prefixes)."""
-    return _si(n, "B")
-
-
-def fmt_bandwidth(bps: float) -> str:
-    """``2.04 TB/s``."""
-    return _si(bps, "B/s")
-
-
-def fmt_flops(fps: float) -> str:
-    """``312 TFLOP/s``."""
-    return _si(fps, "FLOP/s")
 
 
 def kernel_label(name: str, width: int = 60) -> str:

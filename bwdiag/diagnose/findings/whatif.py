@@ -19,7 +19,7 @@ from bwdiag.diagnose.findings.base import RuleContext, RuleResult
 from bwdiag.diagnose.model import TIME_KEYS, AppliedFinding, WhatIf
 
 #: How many findings the projection applies (the report lists the top ones first).
-TOP_FINDINGS = 10
+PROJECTED_FINDINGS = 10
 
 
 def project(ctx: RuleContext, results: Sequence[RuleResult]) -> WhatIf:
@@ -29,7 +29,7 @@ def project(ctx: RuleContext, results: Sequence[RuleResult]) -> WhatIf:
     left = {k: float(ctx.diagnosis.time.by_bound.get(k, 0.0)) for k in TIME_KEYS}
     claimed: dict[int, set[int]] = defaultdict(set)
     applied, saved = [], 0.0
-    for result in results[:TOP_FINDINGS]:
+    for result in results[:PROJECTED_FINDINGS]:
         f = result.finding
         by_class = _by_class(ctx, result, claimed)
         want = f.est_saving_us * by_class.pop("_fresh_share", 1.0)

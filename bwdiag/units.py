@@ -1,7 +1,9 @@
-"""Human-readable numbers with units (µs/ms/s, GB/s, TFLOP/s) for the terminal and the HTML page.
+"""Human-readable numbers with units (µs/ms/s, GB/s, TFLOP/s): the one set of formatters.
 
-The page's JavaScript formats the kernel table and the roofline with the same rules
-(``templates/report.js``: ``fmtTime``, ``fmtRate``); keep the two in step.
+Findings' evidence text, the terminal summary and the HTML page all format through these (a leaf
+module: every layer may import it). The page's JavaScript formats the kernel table and the roofline
+from raw numbers with the same rules (``templates/report.js``: ``fmtTime``, ``fmtRate``); keep the
+two in step.
 """
 
 from __future__ import annotations
