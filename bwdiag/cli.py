@@ -78,7 +78,7 @@ def devices(as_json: bool) -> None:
 @click.option("--flops", "flops", required=True, help="FLOPs of the work: 2.1e12, 4G, 1.5T ...")
 @click.option("--bytes", "bytes_", required=True, help="Bytes moved to/from memory: 3e8, 96M, 1Gi ...")
 @click.option("--time", "time_", default=None, help="Measured time: seconds or 440us / 0.44ms.")
-@click.option("--device", "device", required=True, help="A device from `bwdiag devices` (or a driver name).")
+@click.option("--device", "device", required=True, help="A device from `bwdiag devices` (or a driver name), or cpu: this machine as `bwdiag calibrate --device cpu` measured it.")
 @click.option("--dtype", default="bf16", show_default=True, help="fp64 fp32 tf32 bf16 fp16 fp8 int8")
 @click.option("--vector", is_flag=True, help="Vector units, not tensor cores.")
 def roofline(flops: str, bytes_: str, time_: str | None, device: str, dtype: str, vector: bool) -> None:
