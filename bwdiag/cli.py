@@ -157,7 +157,9 @@ def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | N
     if open_report:
         from bwdiag.report.files import open_in_browser
 
-        open_in_browser(outputs["html"])
+        problem = open_in_browser(outputs["html"])  # the outputs are written: not an error
+        if problem:
+            click.echo(f"bwdiag: {problem}", err=True)
     _exit_without_cleanup = not open_report  # a browser started for --open is left to finish its start
 
 
