@@ -225,7 +225,13 @@ def test_device_cpu_uses_the_cached_calibration():
     assert "of ceiling    50.0%" in out  # 100 ms of 200 ms
     assert f"measured by `bwdiag calibrate` on 2026-01-02T03:04:05+00:00 ({path})" in out
     bf16 = roofline("--flops", "1G", "--bytes", "1G", "--device", "cpu")  # default: bf16 tensor
-    assert "has no bf16 tensor-core rate; using its fp32 vector roof (100 GFLOP/s)" in bf16.stdout
+    assert "has no bf16 matrix-unit rate; using its fp32 vector roof (100 GFLOP/s)" in bf16.stdout
+    # Measured ceilings may be low: above them is a note up to 10x, refused beyond (a unit slip).
+    above = roofline("--flops", "1G", "--bytes", "1G", "--device", "cpu", "--time", "50ms")
+    assert above.exit_code == 0 and "of ceiling    200.0%" in above.stdout
+    assert "above the measured memory roof: the calibration may be low" in above.stdout
+    line = error_line(roofline("--flops", "1G", "--bytes", "1G", "--device", "cpu", "--time", "9ms"))
+    assert "so 9 ms would be 1,111% of it (over 1000% is refused)" in line
 
 
 # -- item 8: --open ----------------------------------------------------------------------------
