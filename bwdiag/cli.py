@@ -126,7 +126,7 @@ def _default_out(paths: tuple[str, ...]) -> Path:
               help="Output folder for diagnosis.json and report.html [default: ./bwdiag-<trace name>].")
 @click.option("--device-spec", type=click.Path(path_type=Path), metavar="FILE", help=_DEVICE_SPEC_HELP)
 @click.option("--force", is_flag=True, help="Overwrite outputs already in the output folder.")
-@click.option("--open", "open_report", is_flag=True, help="Open report.html in a browser when done.")
+@click.option("--open", "open_report", is_flag=True, help="Open report.html in a browser when done ($BROWSER if set).")
 @click.option("--graph-capture", "graph_capture", multiple=True, type=click.Path(path_type=Path),
               metavar="FILE", help="Capture-time trace (or folder of them) that prices CUDA/HIP graph replays "
                                    "[default: capture_traces/ beside the trace, as vLLM writes it]. Repeatable.")

@@ -92,6 +92,13 @@ def test_every_devices_json_entry_loads_as_it_is(tmp_path):
         assert spec.interconnect_bandwidth == table.interconnect_bandwidth
         for dtype, value in table.tensor_flops.items():
             assert spec.tensor_flops[dtype] == value
+    unknowns = {"sm_count": None, "memory_bytes": None, "compute_capability": None, "interconnect": None,
+                "interconnect_bandwidth": None}  # null: "not known" (as a calibrated CPU entry has them)
+    path.write_text(json.dumps([{**rows["MI300X"], **unknowns}]))  # copied with the list's brackets
+    spec, _ = resolve_device({"name": "NVIDIA H100 80GB HBM3"}, override=path)
+    assert spec.name == "MI300X" and spec.memory_bandwidth == 5.3e12
+    assert (spec.sm_count, spec.memory_bytes, spec.compute_capability, spec.interconnect,
+            spec.interconnect_bandwidth) == (None, None, None, None, None)
 
 
 @pytest.mark.parametrize(

@@ -103,7 +103,7 @@ def apply_override(spec: DeviceSpec, path: Path) -> DeviceSpec:
         if key in data:
             size = data[key]
             changes["memory_bytes"] = int(round(float(size) * scale / per)) if size is not None else None
-    if data.get("compute_capability") is not None:
+    if "compute_capability" in data:
         cc = data["compute_capability"]
         changes["compute_capability"] = tuple(int(x) for x in cc) if cc is not None else None
     for key in ("name", "vendor", "kind", "interconnect"):
