@@ -78,7 +78,7 @@ def devices(as_json: bool) -> None:
 @click.option("--flops", "flops", required=True, help="FLOPs of the work: 2.1e12, 4G, 1.5T ...")
 @click.option("--bytes", "bytes_", required=True, help="Bytes moved to/from memory: 3e8, 96M, 1Gi ...")
 @click.option("--time", "time_", default=None, help="Measured time: seconds or 440us / 0.44ms.")
-@click.option("--device", "device", required=True, help="A device from `bwdiag devices` (or a driver name).")
+@click.option("--device", "device", required=True, help="A device from `bwdiag devices` (or a driver name), or cpu: this machine as `bwdiag calibrate --device cpu` measured it.")
 @click.option("--dtype", default="bf16", show_default=True, help="fp64 fp32 tf32 bf16 fp16 fp8 int8")
 @click.option("--vector", is_flag=True, help="Vector units, not tensor cores.")
 def roofline(flops: str, bytes_: str, time_: str | None, device: str, dtype: str, vector: bool) -> None:
@@ -100,6 +100,17 @@ def calibrate(device: str, quick: bool) -> None:
 
 # -- offline analysis ------------------------------------------------------------------------
 
+_DEVICE_SPEC_HELP = (
+    "JSON file of device ceilings laid over the trace's device (spec_source \"user\"): one object from "
+    "`bwdiag devices --json`, edited, or just the fields to change, e.g. {\"memory_bandwidth\": 3.0e12, "
+    "\"tensor_flops\": {\"bf16\": 800e12}}. \"base\": \"<name from bwdiag devices>\" starts from that device "
+    "instead. Figures per device. Keys: tensor_flops, vector_flops (dtype -> dense FLOP/s; fp64 fp32 tf32 bf16 "
+    "fp16 fp8 int8; merged into the device's), memory_bandwidth (B/s), interconnect_bandwidth (B/s, one "
+    "direction, or null), name, vendor, kind, sm_count, memory_gb, memory_bytes, compute_capability, "
+    "interconnect, notes, sources, devices_per_package (figures are divided by it), base; spec_source and "
+    "matched_from are ignored; any other key is refused. README: Device ceilings."
+)
+
 
 def _default_out(paths: tuple[str, ...]) -> Path:
     first = Path(paths[0])
@@ -113,10 +124,9 @@ def _default_out(paths: tuple[str, ...]) -> Path:
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path),
               help="Output folder for diagnosis.json and report.html [default: ./bwdiag-<trace name>].")
-@click.option("--device-spec", type=click.Path(path_type=Path),
-              help="JSON file of device ceilings that overrides the table (see `bwdiag devices --json`).")
+@click.option("--device-spec", type=click.Path(path_type=Path), metavar="FILE", help=_DEVICE_SPEC_HELP)
 @click.option("--force", is_flag=True, help="Overwrite outputs already in the output folder.")
-@click.option("--open", "open_report", is_flag=True, help="Open report.html in a browser when done.")
+@click.option("--open", "open_report", is_flag=True, help="Open report.html in a browser when done ($BROWSER if set).")
 @click.option("--graph-capture", "graph_capture", multiple=True, type=click.Path(path_type=Path),
               metavar="FILE", help="Capture-time trace (or folder of them) that prices CUDA/HIP graph replays "
                                    "[default: capture_traces/ beside the trace, as vLLM writes it]. Repeatable.")
@@ -148,7 +158,9 @@ def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | N
     if open_report:
         from bwdiag.report.files import open_in_browser
 
-        open_in_browser(outputs["html"])
+        problem = open_in_browser(outputs["html"])  # the outputs are written: not an error
+        if problem:
+            click.echo(f"bwdiag: {problem}", err=True)
     _exit_without_cleanup = not open_report  # a browser started for --open is left to finish its start
 
 
@@ -187,7 +199,7 @@ _RUN_SETTINGS = {
 @click.option("--modules/--no-modules", default=True, show_default=True, help="Annotate module forwards in the window.")
 @click.option("--nproc-per-node", type=int, default=None, help="Launch N ranks on this node through torch.distributed.run.")
 @click.option("--analyze/--no-analyze", default=True, show_default=True, help="Write diagnosis.json and report.html after the run.")
-@click.option("--device-spec", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Device ceilings override (as for `bwdiag analyze`).")
+@click.option("--device-spec", type=click.Path(path_type=Path, dir_okay=False), default=None, metavar="FILE", help=_DEVICE_SPEC_HELP)
 @click.option("--rank-only", is_flag=True, hidden=True)
 @click.option("--rank-timeout", type=float, default=DEFAULT_RANK_TIMEOUT_S, show_default=True, help="Seconds rank 0 waits for the other ranks under torchrun.")
 @click.argument("target", metavar="SCRIPT.py|MODULE")

@@ -390,7 +390,8 @@ def test_override_with_base_for_an_unknown_device(tmp_path):
     ("content", "problem"),
     [
         ("{not json", "not valid JSON"),
-        ("[1, 2]", "must be a JSON object"),
+        ("[1, 2]", "a device spec is one JSON object, got a list of 2 items"),
+        ('"H100"', "must be a JSON object, got str"),
         ('{"memory_bandwith": 1e12}', "unknown field(s) memory_bandwith"),
         ('{"memory_bandwidth": -5}', "'memory_bandwidth' must be a positive number"),
         ('{"tensor_flops": {"bf17": 1e12}}', "unknown dtype 'bf17'"),

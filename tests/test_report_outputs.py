@@ -211,26 +211,31 @@ def test_open_in_browser_uses_file_uri(tmp_path, monkeypatch):
     page = tmp_path / "report.html"
     page.write_text("<p>x</p>")
     opened = []
+    monkeypatch.delenv("BROWSER", raising=False)
     monkeypatch.setenv("DISPLAY", ":0")
+    monkeypatch.setattr("bwdiag.report.files._answers", lambda address: True)  # an X server on :0
     monkeypatch.setattr("webbrowser.open", lambda url: opened.append(url) or True)
-    open_in_browser(page)
+    assert open_in_browser(page) is None
     assert opened == [page.resolve().as_uri()]
     with pytest.raises(OutputError, match="no such file"):
         open_in_browser(tmp_path / "missing.html")
     monkeypatch.setattr("webbrowser.open", lambda url: False)
-    with pytest.raises(OutputError, match="no web browser"):
-        open_in_browser(page)
+    assert open_in_browser(page) == (
+        f"no web browser found to open the report (set $BROWSER to choose one); the report is at {page.resolve()}"
+    )
 
 
-def test_open_in_browser_refuses_without_a_display(tmp_path, monkeypatch):
+def test_open_in_browser_without_a_display_says_where_the_report_is(tmp_path, monkeypatch):
     page = tmp_path / "report.html"
     page.write_text("<p>x</p>")
     monkeypatch.setattr("sys.platform", "linux")
     monkeypatch.delenv("DISPLAY", raising=False)
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.delenv("BROWSER", raising=False)
     monkeypatch.setattr("webbrowser.open", lambda url: pytest.fail("must not start a browser"))
-    with pytest.raises(OutputError, match="no display to open a browser on; copy .*report.html"):
-        open_in_browser(page)
+    problem = open_in_browser(page)
+    assert problem.startswith("no display to open a browser on (set $BROWSER")
+    assert f"the report is at {page.resolve()}; copy it to your machine" in problem
 
 
 @pytest.mark.parametrize(("value", "text"), [

@@ -186,7 +186,7 @@ def test_roofline_command_accepts_suffixes_and_driver_names():
     [
         (["--device", "Z100"], "unknown device 'Z100'; choose one of: V100 SXM2 32GB"),
         (["--device", "H100", "--dtype", "fp4"], "unknown dtype 'fp4'"),
-        (["--device", "H100", "--time", "soon"], "not a duration: 'soon'"),
+        (["--device", "H100", "--time", "soon"], "--time: not a duration: 'soon'"),
     ],
 )
 def test_roofline_command_errors(args, message):

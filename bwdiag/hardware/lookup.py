@@ -108,6 +108,26 @@ def find_device(name: str) -> DeviceSpec | None:
     return entry.spec if entry else None
 
 
+def name_variants(name: str) -> list[DeviceSpec]:
+    """The table devices ``name`` cannot tell apart: ``H100`` -> the SXM5, PCIe and NVL parts,
+    ``A100 80GB`` -> the SXM4 and PCIe 80 GB parts, ``H100 SXM5 80GB`` -> just that one. The same
+    filters as the name match (family, then form factor, then memory size); ``find_device`` picks
+    one of these (the table's default among them, or the closest in memory)."""
+    wanted = name.strip().lower()
+    exact = [e.spec for e in table_entries() if e.spec.name.lower() == wanted]
+    if exact or not wanted:
+        return exact
+    parts = parse_name(name, _families())
+    candidates = [e for e in table_entries() if e.family in parts.families]
+    same_form = [e for e in candidates if parts.form and e.form == parts.form]
+    candidates = same_form or candidates
+    if parts.memory_gb and len(candidates) > 1:
+        best = min(_memory_distance(e, parts.memory_gb) for e in candidates)
+        candidates = [e for e in candidates if math.isclose(_memory_distance(e, parts.memory_gb), best,
+                                                            abs_tol=1e-9)]
+    return [e.spec for e in candidates]
+
+
 # -- GPU -------------------------------------------------------------------------------------
 
 
@@ -288,4 +308,4 @@ def _gib(value: Any) -> float | None:
     return number / GIB if number and number > 0 else None
 
 
-__all__ = ["NameParts", "find_device", "gpu_spec", "parse_name"]
+__all__ = ["NameParts", "find_device", "gpu_spec", "name_variants", "parse_name"]

@@ -15,13 +15,27 @@ _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(ns|us|µs|
 _TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, None: 1.0}
 
 
-def parse_quantity(text: str) -> float:
+#: The unit words of :func:`parse_quantity`, by what they count.
+_UNIT_WORDS = {"b": "B", "byte": "B", "bytes": "B", "flop": "FLOP", "flops": "FLOP", "op": "FLOP",
+               "ops": "FLOP"}
+_UNIT_NAMES = {"B": "bytes", "FLOP": "FLOPs"}
+
+
+def parse_quantity(text: str, unit: str | None = None) -> float:
     """A count with an optional SI (``k M G T P E``, powers of 1000) or binary (``Ki Mi Gi Ti``)
     suffix and an optional unit word: ``2.1e12``, ``4G``, ``1.5T``, ``16GiB``, ``3e9 FLOP``.
-    Raises ``ValueError`` for anything else, negative or non-finite values."""
+    ``unit`` ("FLOP" or "B") is what the count must be: a unit word of the other kind
+    (``--flops 2.2TB``) raises ``ValueError``. Raises ``ValueError`` for anything else, negative
+    or non-finite values."""
     found = _QUANTITY.match(str(text))
     if not found:
         raise ValueError(f"not a quantity: {text!r} (examples: 2.1e12, 4G, 1.5T, 16Gi)")
+    word = _UNIT_WORDS.get((found.group(3) or "").lower())
+    if unit is not None and word is not None and word != unit:
+        raise ValueError(
+            f"{text!r} is a number of {_UNIT_NAMES[word]}, not of {_UNIT_NAMES[unit]} "
+            f"(write e.g. {found.group(1)}{found.group(2) or ''}{'' if unit == 'FLOP' else 'B'})"
+        )
     value = float(found.group(1))
     suffix = (found.group(2) or "").lower()
     factor = _BINARY[suffix] if suffix.endswith("i") else _SI[suffix]
