@@ -13,7 +13,9 @@ from bwdiag.hardware.calibrate import cache_path, calibrate, device_identity, re
 from bwdiag.hardware.lookup import name_variants
 from bwdiag.hardware.match import find_device
 from bwdiag.hardware.spec import DeviceSpec, Dtype, SpecSource, list_devices
-from bwdiag.hardware.units import duration, parse_duration, parse_quantity, si
+from bwdiag.units import fmt_seconds as duration
+from bwdiag.units import fmt_si as si
+from bwdiag.units import parse_duration, parse_quantity
 
 _TABLE_DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp8")
 
