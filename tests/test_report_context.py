@@ -275,3 +275,28 @@ def test_groups_above_their_roof_are_flagged():
     r = build_context(gpu_diagnosis(kernels=(GEMM, fast, noisy)))["roofline"]
     assert r["above_roof"] == {"count": 1, "max_pct": 250.0}
     assert build_context(gpu_diagnosis())["roofline"]["above_roof"] == {"count": 0, "max_pct": None}
+
+
+def test_a_runner_up_within_the_step_noise_is_called_a_tie():
+    # compute 8000 µs (40 %) vs memory 7900 µs (39.5 %) of 20000; steps 4.5–5.5 ms around 5 ms:
+    # ±10 % noise, 10 % of a 40 % share = 4 points > the 0.5-point gap → a tie, said so.
+    d = gpu_diagnosis()
+    time = dataclasses.replace(d.time, by_bound={**d.time.by_bound, "memory": 7900.0, "unknown": 1100.0},
+                               step_min_us=4500.0, step_max_us=5500.0)
+    v = build_context(dataclasses.replace(d, time=time))["verdict"]
+    assert v["dominant"] == "compute"
+    assert "memory (39.5%) is within the run-to-run noise of it (40.0%; steps vary ±10%)" in v["headline"]
+    # steady steps and a 20-point gap (the fixture: compute 40 %, memory 20 %): no qualifier
+    steady = build_context(d)["verdict"]["headline"]
+    assert steady == "Compute-bound: most time is in kernels limited by the FLOP/s ceiling"
+
+
+def test_compute_far_below_its_roof_is_called_overhead():
+    # Both compute groups at 1 % of their roof: 100 % of compute time is under 5 % of it.
+    slow = dataclasses.replace(GEMM, pct_of_ceiling=1.0)
+    d = gpu_diagnosis(kernels=(slow, dataclasses.replace(slow, name="gemm2", total_us=1000.0), ADD))
+    headline = build_context(d)["verdict"]["headline"]
+    assert headline.startswith("Compute-bound")
+    assert "yet 100% of that time runs at under 5% of its roof: per-op overhead" in headline
+    # at 68.8 % of the roof (the fixture's GEMM) the headline stands alone
+    assert "per-op overhead" not in build_context(gpu_diagnosis())["verdict"]["headline"]

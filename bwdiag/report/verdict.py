@@ -62,7 +62,7 @@ def build_verdict(d: Diagnosis) -> dict:
         "bars": bars,
         "dominant": dominant["key"] if dominant else None,
         "dominant_pct": dominant["pct"] if dominant else None,
-        "headline": HEADLINES[dominant["key"]] if dominant else "No time in the analysed window",
+        "headline": _headline(d, bars, dominant),
         "top_findings": [
             {"kind": f.kind, "title": f.title, "saving_us": f.est_saving_us,
              "saving_pct": f.est_saving_pct, **saving_shown(f)}
@@ -80,6 +80,52 @@ def build_verdict(d: Diagnosis) -> dict:
         if step_us:
             verdict["projected_step_us"] = step_us * projected / total
     return verdict
+
+
+#: A kernel group under this share of its roof is not limited by that roof: per-op overhead
+#: (dispatch, launch, shapes too small to fill the device) is, whatever class it is placed in.
+FAR_BELOW_ROOF_PCT = 5.0
+#: Two classes closer than this (percentage points of the window) are a tie even with steady steps.
+MIN_NOISE_POINTS = 2.0
+
+
+def step_noise_pct(d: Diagnosis) -> float | None:
+    """Run-to-run noise of the recorded steps: half their range over the median, in percent
+    (None with fewer than two complete steps)."""
+    t = d.time
+    if not t.step_us or (t.steps or 0) < 2 or t.step_min_us is None or t.step_max_us is None:
+        return None
+    return 100.0 * (t.step_max_us - t.step_min_us) / (2.0 * t.step_us)
+
+
+def _headline(d: Diagnosis, bars: list[dict], dominant: dict | None) -> str:
+    """The dominant class's sentence, qualified when it does not tell the whole story: the runner-up
+    within the steps' run-to-run noise (the verdict would flip between runs), or most of the
+    dominant time far below its roof (overhead, not the roof, sets the time)."""
+    if dominant is None:
+        return "No time in the analysed window"
+    text = HEADLINES[dominant["key"]]
+    ranked = sorted(bars, key=lambda b: -b["us"])
+    if len(ranked) > 1 and ranked[1]["us"] > 0:
+        second = ranked[1]
+        noise = step_noise_pct(d)
+        # a share moves with the step: the steps' spread, in points of this share, is its noise
+        points = max(MIN_NOISE_POINTS, (noise or 0.0) * dominant["pct"] / 100.0)
+        if dominant["pct"] - second["pct"] < points:
+            why = f"steps vary ±{noise:.0f}%" if noise else "too close to call"
+            text += (f" — but {second['label'].lower()} ({second['pct']:.1f}%) is within the run-to-run "
+                     f"noise of it ({dominant['pct']:.1f}%; {why}): the two are a tie")
+    if dominant["key"] in ("compute", "memory"):
+        placed = [k for k in d.kernels if k.bound == dominant["key"]]
+        total = sum(num(k.total_us) for k in placed)
+        far = sum(num(k.total_us) for k in placed
+                  if k.pct_of_ceiling is not None and k.pct_of_ceiling < FAR_BELOW_ROOF_PCT)
+        if total > 0 and far / total >= 0.5:
+            roof = "its roof" if d.device.spec_source != "assumed" else "its (assumed) roof"
+            text += (f" — yet {100.0 * far / total:.0f}% of that time runs at under "
+                     f"{FAR_BELOW_ROOF_PCT:.0f}% of {roof}: per-op overhead (dispatch, launches, small "
+                     "shapes) sets the time, not the roof")
+    return text
 
 
 def _abnormal(d: Diagnosis) -> list[tuple[int, float]]:
