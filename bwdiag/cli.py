@@ -176,7 +176,7 @@ def report_command(diagnosis_json: Path, out_dir: Path | None, force: bool) -> N
     diagnosis, html = rerender(diagnosis_json, out_dir, force=force)
     from bwdiag.report.terminal import print_summary
 
-    print_summary(diagnosis, outputs={"html": html})
+    print_summary(diagnosis, outputs={"html": html}, file=sys.stdout)
 
 
 # -- capture ---------------------------------------------------------------------------------

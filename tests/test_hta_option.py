@@ -188,8 +188,8 @@ def test_hta_raising_is_a_warning_and_the_report_goes_on(tmp_path, target, warni
     plain = _cli("analyze", path, "-o", str(tmp_path / "plain"))
     done = _cli("analyze", "--hta", path, "-o", str(tmp_path / "hta"), prelude=_BOOM.format(target=target))
     assert plain.returncode == 0 and done.returncode == 0, done.stderr
-    assert f"warning: {warning}" in done.stderr
-    assert "report.html" in done.stderr and "Top kernels by time" in done.stderr
+    assert f"warning: {warning}" in done.stdout
+    assert "report.html" in done.stdout and "Top kernels by time" in done.stdout
     base = json.loads((tmp_path / "plain" / "diagnosis.json").read_text())
     doc = json.loads((tmp_path / "hta" / "diagnosis.json").read_text())
     assert doc.pop("hta")["errors"] == [warning]
@@ -210,9 +210,9 @@ def test_hta_failing_on_a_real_trace_is_a_warning(tmp_path):
     assert done.returncode == 0, done.stderr
     doc = json.loads((tmp_path / "out" / "diagnosis.json").read_text())
     assert doc["hta"]["error"].startswith("HTA could not analyse these traces (TypeError: ")
-    assert doc["hta"]["error"] in doc["warnings"] and f"warning: {doc['hta']['error']}" in done.stderr
+    assert doc["hta"]["error"] in doc["warnings"] and f"warning: {doc['hta']['error']}" in done.stdout
     assert doc["hta"]["ranks"] == [] and doc["kernels"] and doc["findings"]
-    assert ": no figures (see the warning above)." in done.stderr
+    assert ": no figures (see the warning above)." in done.stdout
 
 
 def _dist(req: str) -> str:

@@ -25,9 +25,9 @@ def _env() -> dict:
     return env
 
 
-def _summary(stderr: str) -> list[str]:
+def _summary(stdout: str) -> list[str]:
     """The terminal summary without the lines naming the files written."""
-    return [line for line in stderr.splitlines() if not line.startswith(("json: ", "html: "))]
+    return [line for line in stdout.splitlines() if not line.startswith(("json: ", "html: "))]
 
 
 @pytest.mark.parametrize("trace", ["shared", "sample"])
@@ -39,8 +39,8 @@ def test_rerendered_page_and_summary_are_the_analysis(trace, tmp_path):
     again = _cli("report", str(tmp_path / "d1" / "diagnosis.json"), "-o", str(tmp_path / "d2"),
                  cwd=tmp_path / "elsewhere")  # no trace needed, nor the folder it was analysed from
     assert again.returncode == 0, again.stderr
-    assert _summary(again.stderr) == _summary(first.stderr)
-    assert again.stderr.splitlines()[-1] == f"html: {tmp_path / 'd2' / 'report.html'}"
+    assert _summary(again.stdout) == _summary(first.stdout)  # the summary is each command's stdout
+    assert again.stdout.splitlines()[-1] == f"html: {tmp_path / 'd2' / 'report.html'}"
     assert (tmp_path / "d2" / "report.html").read_bytes() == (tmp_path / "d1" / "report.html").read_bytes()
     assert sorted(p.name for p in (tmp_path / "d2").iterdir()) == ["report.html"]
 
