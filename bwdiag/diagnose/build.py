@@ -36,6 +36,7 @@ from bwdiag.diagnose.records import mean_record
 from bwdiag.diagnose.steps import last_complete_step, step_spans, trace_end_us
 from bwdiag.diagnose.timeline import rank_time
 from bwdiag.hardware import DeviceSpec, resolve_device
+from bwdiag.hardware.spec import SpecSource
 from bwdiag.hardware.host import trace_host
 from bwdiag.trace import RankTrace
 
@@ -83,11 +84,11 @@ def diagnose(traces: Sequence[RankTrace], *, device_spec: Path | None = None,
                                          trace_metadata=[t.metadata for t in traces],
                                          accelerator=_accelerator(traces))
     warnings.extend(spec_warnings)
-    if trace_kind == "cpu":
+    if trace_kind == "cpu" and spec.spec_source is not SpecSource.ASSUMED:  # assumed: said just above
         warnings.append(f"CPU-only trace: CPU ops are placed against CPU ceilings ({spec.name}, "
                         f"spec_source '{spec.spec_source.value}')")
     analyses = [analyze_rank(t, spec) for t in traces]
-    warnings.extend(_above_roof_warnings(analyses))
+    warnings.extend(_above_roof_warnings(analyses, spec))
     warnings.extend(_compiled_warnings(analyses))
 
     kernels, collectives, ranks = [], [], []
@@ -127,8 +128,6 @@ def diagnose(traces: Sequence[RankTrace], *, device_spec: Path | None = None,
 
 _ABOVE_ROOF_WHY = {
     kernel_groups.CACHE_CEILING: "memory-bound group(s) beat the memory roof: their data came from cache",
-    kernel_groups.LOW_ROOF_CEILING: "CPU op group(s) beat the CPU's compute roof (assumed, or "
-    "calibrated on a busy machine): re-run `bwdiag calibrate` on an idle host",
     kernel_groups.DISPATCH_CEILING: "CPU op group(s) finish ten times faster than this CPU could do their "
     "work: they dispatch it elsewhere (a GPU the trace did not record?); counted as dispatch overhead",
     kernel_groups.UNKNOWN_ESTIMATE_CEILING: "kernel group(s) beat their compute roof: the cost estimate or the "
@@ -136,12 +135,33 @@ _ABOVE_ROOF_WHY = {
 }
 
 
-def _above_roof_warnings(analyses: list[RankAnalysis]) -> list[str]:
+def _low_roof_why(spec: DeviceSpec) -> str:
+    """Why CPU ops beat the compute roof, for where the roof came from (no advice to re-run a
+    calibration just made: say what it measured instead)."""
+    if spec.spec_source is SpecSource.ASSUMED:
+        return ("the compute roof of the assumed CPU: the host is faster than the generic assumption "
+                "(`bwdiag calibrate --device cpu` on the host that recorded the trace gives real ceilings)")
+    cal = spec.calibration
+    if spec.spec_source is SpecSource.CALIBRATED and cal is not None:
+        when = f" at {cal.measured_at}" if getattr(cal, "measured_at", None) else ""
+        quick = " with --quick" if getattr(cal, "quick", None) else ""
+        return (f"the compute roof `bwdiag calibrate` measured{when}{quick}: the calibration caught less "
+                "than this CPU reaches here (a busy machine, or a short run)")
+    return "the compute roof given: the ceilings are below what this CPU reaches"
+
+
+def _above_roof_warnings(analyses: list[RankAnalysis], spec: DeviceSpec) -> list[str]:
     counts: dict[str, int] = {}
     for a in analyses:
         for label, n in (a.above_roof or {}).items():
             counts[label] = counts.get(label, 0) + n
-    return [f"{n} {_ABOVE_ROOF_WHY[label]}" for label, n in counts.items() if label in _ABOVE_ROOF_WHY]
+    out = []
+    for label, n in counts.items():
+        if label == kernel_groups.LOW_ROOF_CEILING:
+            out.append(f"{n} CPU op group(s) beat {_low_roof_why(spec)}; their percentages are left out")
+        elif label in _ABOVE_ROOF_WHY:
+            out.append(f"{n} {_ABOVE_ROOF_WHY[label]}")
+    return out
 
 
 def _compiled_warnings(analyses: list[RankAnalysis]) -> list[str]:

@@ -10,6 +10,7 @@ import pandas as pd
 from bwdiag.diagnose.model import Bound, KernelRow
 from bwdiag.diagnose.roofline import place
 from bwdiag.hardware import DeviceSpec
+from bwdiag.hardware.spec import SpecSource
 
 GROUP_KEYS = ["kind", "name", "op_name", "shapes", "dtype", "category"]
 
@@ -94,7 +95,7 @@ ABOVE_ROOF_PCT = 120.0
 DISPATCH_PCT = 1000.0
 
 CACHE_CEILING = "cache (above the memory roof)"
-LOW_ROOF_CEILING = "above the measured roof"
+LOW_ROOF_CEILING = "above the CPU roof (ceilings too low)"
 DISPATCH_CEILING = "dispatch (work not done on this CPU)"
 UNKNOWN_ESTIMATE_CEILING = "estimate above the roof"
 
@@ -121,7 +122,9 @@ def flag_above_roof(groups: pd.DataFrame, spec: DeviceSpec) -> dict[str, int]:
     groups.loc[memory, "ceiling"] = CACHE_CEILING
     if spec.kind == "cpu":
         groups.loc[compute, "ceiling"] = LOW_ROOF_CEILING
-        dispatch = pct > DISPATCH_PCT
+        # Only against measured or given ceilings: ten times an *assumed* CPU's roof may just be a
+        # bigger CPU than the assumption, not work dispatched elsewhere.
+        dispatch = (pct > DISPATCH_PCT) if spec.spec_source is not SpecSource.ASSUMED else np.zeros_like(above)
         groups.loc[dispatch, "bound"] = Bound.LATENCY.value
         groups.loc[dispatch, "ceiling"] = DISPATCH_CEILING
     else:
