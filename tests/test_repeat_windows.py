@@ -9,6 +9,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
 from bwdiag.trace import find_trace_files, load_traces
+from tests.conftest import shared_trace
 
 
 def _two_windows(folder: Path) -> list[Path]:
@@ -45,3 +46,11 @@ def test_windows_of_two_processes_stay_two_ranks(tmp_path):
     traces, warnings = load_traces(find_trace_files([tmp_path / "tb"]))
     assert sorted(t.rank for t in traces) == [0, 1]
     assert not any("profiling windows of one process" in w for w in warnings)
+
+
+def test_a_file_given_twice_is_one_rank():
+    # The A100 AlexNet trace names no host, so only the path can tell it is the same file.
+    path = shared_trace("hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz")
+    traces, warnings = load_traces(find_trace_files([path, path.parent / ".." / "alexnet" / path.name]))
+    assert len(traces) == 1
+    assert not any("both claim rank" in w for w in warnings)

@@ -252,7 +252,7 @@ CAPTURE_DIR = "capture_traces"
 
 
 def expand_trace_paths(paths, *, missing: str, empty: str, skip_dir: str | None = None) -> list[Path]:
-    """Files as given, folders expanded into their trace files (sorted, recursively).
+    """Files as given, folders expanded into their trace files (sorted, recursively), each once.
 
     ``missing`` / ``empty`` end the one-line errors for a path that does not exist and a folder with
     no trace file; files under a sub-folder named ``skip_dir`` are left out of a folder's expansion.
@@ -271,4 +271,7 @@ def expand_trace_paths(paths, *, missing: str, empty: str, skip_dir: str | None 
         if not found:
             raise TraceError(f"{path}: {empty}")
         files.extend(found)
-    return files
+    unique: dict[Path, Path] = {}  # a file named twice (or inside a folder also given) is read once
+    for f in files:
+        unique.setdefault(f.resolve(), f)
+    return list(unique.values())
