@@ -134,8 +134,12 @@ def _default_out(paths: tuple[str, ...]) -> Path:
               help="Also run HTA's own analyses (temporal breakdown, comm/comp overlap, kernel breakdown) "
                    'on the same files and show them beside bwdiag\'s, differences explained. Slower; needs '
                    'pip install "bwdiag[hta]".')
+@click.option("--summary-md", "summary_md", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+              help="Also write a short Markdown summary (verdict, step time, top findings with savings) for CI "
+                   "job summaries and PR comments; appended to FILE when it exists, e.g. $GITHUB_STEP_SUMMARY.")
 def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | None, force: bool,
-            open_report: bool, graph_capture: tuple[Path, ...], with_hta: bool) -> None:
+            open_report: bool, graph_capture: tuple[Path, ...], with_hta: bool,
+            summary_md: Path | None = None) -> None:
     """Diagnose saved torch.profiler traces: files (.json / .json.gz) or folders of rank files."""
     from bwdiag import pipeline
     from bwdiag.interrupts import ends_cleanly_when_interrupted
@@ -155,6 +159,10 @@ def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | N
         with interrupts.writing():
             outputs = pipeline.write_outputs(diagnosis, out_dir, force=True, hta=hta)
     pipeline.print_summary(diagnosis, outputs, hta=hta, file=sys.stdout)  # the command's output: `> file` keeps it
+    if summary_md is not None:
+        from bwdiag.report.markdown import write_summary_md
+
+        write_summary_md(diagnosis, summary_md, outputs)
     if open_report:
         from bwdiag.report.files import open_in_browser
 

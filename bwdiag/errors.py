@@ -29,3 +29,10 @@ class NoDiagnosis(BwdiagError, AttributeError):
 
     Also an AttributeError, so ``getattr(prof, "diagnosis", None)`` and ``hasattr`` keep working.
     """
+
+
+class MissingExtra(BwdiagError, ImportError):
+    """An optional framework an integration needs is not installed; the message names the extra.
+
+    Also an ImportError, so ``try: import bwdiag.integrations.lightning except ImportError`` works.
+    """

@@ -26,6 +26,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent / "bwdiag"
 # Parts that share a layer (costs, hardware) do not import each other.
 LAYER_ORDER: tuple[tuple[str, ...], ...] = (
     ("<root>", "__main__", "cli", "cli_views", "interrupts"),
+    ("integrations",),  # framework callbacks over capture (bwdiag.profile)
     ("capture",),
     ("pipeline",),
     ("report",),

@@ -32,6 +32,17 @@ def test_truncated_last_step_is_left_out():
     assert s.step_ids == (1, 2, 3) and s.median_us == 100.0 and s.excluded == (4,)
 
 
+def test_short_last_step_the_capture_completed_is_kept():
+    # A busy machine: the capture says it completed steps 1..4, so the short last one is a step.
+    rows = steps("cpu", [100.0, 102.0, 98.0, 30.0])
+    end = rows[-1][2] + rows[-1][3]
+    s = step_spans(frame(rows), trace_end_us=end, last_complete=4)
+    assert s.step_ids == (1, 2, 3, 4) and s.median_us == 99.0 and s.excluded == ()
+    # ...and one past the last completed step is cut whatever its length.
+    s = step_spans(frame(rows), trace_end_us=end, last_complete=3)
+    assert s.step_ids == (1, 2, 3) and s.excluded == (4,)
+
+
 def test_short_last_step_inside_the_trace_is_kept():
     rows = steps("cpu", [100.0, 102.0, 98.0, 30.0])
     s = step_spans(frame(rows), trace_end_us=10_000.0)

@@ -137,6 +137,16 @@ class Profile:
         """The output folder (known once started)."""
         return self._session.out_dir if self._session else self._out
 
+    @property
+    def window_closed(self) -> bool:
+        """True once the capture is over: the recorded steps are in the trace (or capture gave up).
+
+        A framework callback calls :meth:`stop` then, so the report is written while training
+        goes on instead of at its end."""
+        from bwdiag.capture.session import Phase
+
+        return self._session is not None and self._session.phase in (Phase.DONE, Phase.DISABLED)
+
     def start(self) -> Profile:
         """Prepare the output folder and start counting steps (the profiler starts at ``wait``)."""
         if self._used:

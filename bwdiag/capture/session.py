@@ -27,7 +27,7 @@ from bwdiag.capture.folder import (
     write_done_marker,
 )
 from bwdiag.capture.markers import StepMarkers
-from bwdiag.capture.metadata import capture_metadata, rank_and_world
+from bwdiag.capture.metadata import capture_metadata, device_description, rank_and_world
 from bwdiag.capture.options import CaptureOptions, StepOn
 from bwdiag.capture.quiet import profiler_output_filtered
 
@@ -82,6 +82,7 @@ class CaptureSession:
         self._annotator: ModuleAnnotator | None = None
         self._busy = False
         self._steps_in_trace = 0
+        self._full_window_meta: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def attach(self, torch: ModuleType) -> None:
@@ -204,6 +205,10 @@ class CaptureSession:
         prof.current_action = schedule(self.steps_seen)
         if hasattr(prof, "_prev_schedule_action"):
             prof._prev_schedule_action = prof.current_action
+        annotate = opts.with_modules and not compiled_graphs_present()
+        # The metadata of a full window, gathered now (~1 ms: host, device, calibration cache): done
+        # when the window closes, it would lengthen the last recorded ProfilerStep by as much.
+        self._full_window_meta = self._metadata(opts.active, None, with_modules=annotate)
         try:
             with profiler_output_filtered():
                 prof.start()
@@ -214,18 +219,21 @@ class CaptureSession:
             return
         self._prof = prof
         self.phase = Phase.WARMUP if opts.warmup else Phase.RECORDING
-        if opts.with_modules:
-            if compiled_graphs_present():
-                self.say("torch.compile graphs present: module annotations skipped")
-            else:
-                self._annotator = ModuleAnnotator(torch)
+        if annotate:
+            self._annotator = ModuleAnnotator(torch)
+        elif opts.with_modules:
+            self.say("torch.compile graphs present: module annotations skipped")
 
     def _advance(self) -> None:
         opts = self.options
         done = self.steps_seen - opts.wait  # steps completed since the profiler started
         if done == opts.warmup + opts.active:
             self._steps_in_trace = opts.active
-            self._add_metadata(opts.active, None)
+            meta = self._full_window_meta
+            if meta is None or meta["device"] != device_description():  # CUDA started in the window
+                meta = self._metadata(opts.active, None, with_modules=self._annotator is not None)
+            meta["rank"], meta["world_size"] = rank_and_world()  # the process group may be newer
+            self._prof.add_metadata_json("bwdiag", json.dumps(meta))
             with profiler_output_filtered():
                 self._prof.step()  # RECORD_AND_SAVE -> NONE: stop_trace, then _export
             self._close_profiler()
@@ -243,15 +251,18 @@ class CaptureSession:
             self._prof.step()
 
     def _add_metadata(self, steps: int, note: str | None) -> None:
-        meta = capture_metadata(
+        self._prof.add_metadata_json(
+            "bwdiag", json.dumps(self._metadata(steps, note, with_modules=self._annotator is not None)))
+
+    def _metadata(self, steps: int, note: str | None, *, with_modules: bool) -> dict[str, Any]:
+        return capture_metadata(
             argv=self.argv,
             schedule=self.options.schedule_dict(),
             steps_captured=steps,
             with_stack=self.options.with_stack,
-            with_modules=self._annotator is not None,
+            with_modules=with_modules,
             note=note,
         )
-        self._prof.add_metadata_json("bwdiag", json.dumps(meta))
 
     def _close_profiler(self) -> None:
         prof, self._prof = self._prof, None

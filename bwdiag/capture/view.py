@@ -12,7 +12,8 @@ class DiagnosisView:
 
     ``.kernels`` is a pandas DataFrame (one row per KernelRow), ``.findings`` the findings ranked by
     the time they would save, ``.summary()`` the terminal summary as text, ``.to_html()`` the
-    report page, ``.raw`` the Diagnosis itself and ``.paths`` the files written.
+    report page, ``.raw`` the Diagnosis itself and ``.paths`` the files written. In Jupyter the
+    view displays itself as the report (``_repr_html_``).
     """
 
     def __init__(self, diagnosis: Any, paths: dict[str, Path] | None = None) -> None:
@@ -46,6 +47,18 @@ class DiagnosisView:
         from bwdiag.report.html import render_html
 
         return render_html(self.raw)
+
+    def _repr_html_(self) -> str:
+        """Jupyter's display: the report page (verdict card, findings, roofline, kernels) in an
+        iframe whose ``srcdoc`` holds the whole self-contained page, so it renders offline, its
+        styles and script stay inside the frame, and its Content-Security-Policy forbids fetching."""
+        import html
+
+        return (
+            '<iframe title="bwdiag report" sandbox="allow-scripts" '
+            'style="width:100%;height:760px;border:1px solid #d0d7de;border-radius:6px" '
+            f'srcdoc="{html.escape(self.to_html(), quote=True)}"></iframe>'
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The ``diagnosis.json`` object."""

@@ -11,7 +11,7 @@ ordinary length is kept; a long one is kept and flagged abnormal (> 1.5× the me
 When the capture says how many steps it completed (``bwdiag run`` / ``bwdiag.profile`` write
 ``steps_captured`` and ``first_recorded_step`` into the trace's ``bwdiag`` metadata), steps past the
 last completed one are cut whatever their length: a Ctrl-C late in a step leaves a span of ordinary
-length that is not a step.
+length that is not a step; and the steps it completed are kept whatever their length.
 """
 
 from __future__ import annotations
@@ -79,6 +79,8 @@ def step_spans(annotations: pd.DataFrame, trace_end_us: float | None = None,
     ends = spans["end"].to_numpy(float)
     tol = 1e-6 * max(1.0, abs(end))
     for i in np.flatnonzero(ends >= end - tol):
+        if last_complete is not None and spans.index[i] <= last_complete:
+            continue  # the capture completed this step: short on a busy machine, not cut
         others = np.delete(durs, i)
         if len(others) and durs[i] < CUT_RATIO * float(np.median(others)):
             keep[i] = False
