@@ -12,7 +12,7 @@ from pathlib import Path
 
 from conftest import REPO, SAMPLE_TRACES
 from bwdiag.report.markdown import md_text, render_markdown
-from bwdiag.report.units import fmt_time
+from bwdiag.units import fmt_time
 from tests.report_fixtures import HOSTILE, gpu_diagnosis
 
 

@@ -123,7 +123,7 @@ def verdict_texts(view: DiagnosisView) -> dict[str, str]:
 
 def verdict_lines(view: DiagnosisView) -> list[str]:
     """The verdict in a few lines: headline with step time, then one line per top finding."""
-    from bwdiag.report.units import fmt_pct, fmt_time
+    from bwdiag.units import fmt_pct, fmt_time
     from bwdiag.report.verdict import build_verdict
 
     v = build_verdict(view.raw)

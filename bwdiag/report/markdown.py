@@ -14,7 +14,7 @@ from pathlib import Path, PurePath
 from bwdiag._version import __version__
 from bwdiag.diagnose.model import Diagnosis
 from bwdiag.errors import OutputError
-from bwdiag.report.units import fmt_pct, fmt_time
+from bwdiag.units import fmt_pct, fmt_time
 from bwdiag.report.verdict import build_verdict
 
 #: Findings listed in the summary (the report has them all).
