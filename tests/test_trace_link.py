@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
+import json
+
 import pytest
 
 from bwdiag.trace import load_rank, load_traces
@@ -88,9 +91,15 @@ def test_folder_of_ranks_reads_rank_from_distributed_info(tmp_path):
 
 
 def test_two_files_claiming_one_rank_are_both_kept_with_a_warning(tmp_path):
+    # Two processes (another pid) whose files both say rank 0. (The same file twice is read once, and
+    # two files of one process are its profiling windows: see tests/test_repeat_windows.py.)
     a = shared_trace(A100_NCCL)
     (tmp_path / "one.json.gz").symlink_to(a)
-    (tmp_path / "two.json.gz").symlink_to(a)
+    doc = json.loads(gzip.decompress(a.read_bytes()))
+    for e in doc["traceEvents"]:
+        if isinstance(e.get("pid"), int) and e.get("cat") != "kernel":
+            e["pid"] += 100000
+    (tmp_path / "two.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
     traces, warnings = load_traces([tmp_path])
     assert sorted(t.rank for t in traces) == [0, 1]
     assert any("both claim rank 0" in w for w in warnings)
