@@ -265,8 +265,8 @@
      B/s, against the memory roof; same colours and sizes as the chart's points. */
   function drawStrip(tmax) {
     var S = D.roofline.bandwidth, box = document.getElementById("bw-strip");
-    if (!S.marks.length || !S.extent) { box.hidden = true; return; }
-    var W = 820, ml = 72, mr = 24, mt = 20, lane = 9, lanes = 7;
+    if (!box || !S.marks.length || !S.extent) return;  /* the template leaves the strip out without marks */
+    var W = 820, ml = 72, mr = 24, mt = 20, lane = 8, lanes = 9;
     var ph = lane * (lanes - 1) + 36, H = mt + ph + 40, pw = W - ml - mr;
     var root = svg("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": "Bandwidth strip", id: "bw-svg", "class": "roofsvg" });
     box.appendChild(root);
@@ -291,19 +291,19 @@
     marks.forEach(function (m) {
       var rad = 3 + 15 * Math.sqrt(Math.max(m.t, 0) / (tmax || 1));
       rad = Math.min(rad, ph / 2 - 2);
-      var x = sx(m.x), y = cy;
-      /* A simple beeswarm: the first lane, outwards from the middle, where it overlaps nothing. */
-      for (var i = 0; i < 2 * lanes; i++) {
-        var off = (i % 2 ? -1 : 1) * Math.ceil(i / 2) * lane, free = true;
-        y = cy + off;
-        if (y - rad < mt - 4 || y + rad > mt + ph + 4) continue;
+      var x = sx(m.x), y = cy, found = false;
+      /* A simple beeswarm: the first lane, outwards from the middle, where it stays inside the
+         frame and overlaps nothing; crowded: the middle lane. */
+      for (var i = 0; i < 2 * lanes && !found; i++) {
+        var yy = cy + (i % 2 ? -1 : 1) * Math.ceil(i / 2) * lane;
+        if (yy - rad < mt + 1 || yy + rad > mt + ph - 1) continue;
+        found = true;
         for (var j = 0; j < placed.length; j++) {
-          var o = placed[j], dx = o.x - x, dy = o.y - y;
-          if (dx * dx + dy * dy < (o.r + rad) * (o.r + rad) * 0.8) { free = false; break; }
+          var o = placed[j], dx = o.x - x, dy = o.y - yy;
+          if (dx * dx + dy * dy < (o.r + rad) * (o.r + rad) * 0.8) { found = false; break; }
         }
-        if (free) break;
+        if (found) y = yy;
       }
-      if (!free) y = cy;
       placed.push({ x: x, y: y, r: rad });
       var node = svg("circle", { cx: x.toFixed(2), cy: y.toFixed(2), r: rad.toFixed(2), "class": "pt b-" + m.b, "data-k": m.k });
       pointNodes[m.k] = node;
@@ -338,7 +338,7 @@
     document.getElementById("unplotted-title").textContent =
       "Not on the chart: " + R.unplotted.length + " of " + D.kernels.length + " groups";
     document.getElementById("unplotted-note").textContent = R.unplotted.length
-      ? fmtTime(R.unplotted_us) + " of kernel time that neither the chart nor the bandwidth strip can place. Click one to find it in the table."
+      ? fmtTime(R.unplotted_us) + " of " + (D.item_label === "Kernel" ? "kernel" : "op") + " time that neither the chart nor the bandwidth strip can place. Click one to find it in the table."
       : "Every group is on the chart or the bandwidth strip.";
     var frag = document.createDocumentFragment();
     R.unplotted.forEach(function (u) {
@@ -363,18 +363,18 @@
     var cols = [];
     if (D.multi_rank) cols.push({ key: "rank", label: "Rank", num: true, fmt: String, w: 44 });
     cols.push({ key: "name", label: D.item_label, cls: "name", cut: true });
-    cols.push({ key: "category", label: "Category", cls: "cut small-text", cut: true, w: 82 });
-    if (D.show_op_column) cols.push({ key: "op", label: "Op", cls: "mono", cut: true, w: 96 });
+    cols.push({ key: "category", label: "Category", cls: "cut small-text", cut: true, w: 92 });
+    if (D.show_op_column) cols.push({ key: "op", label: "Op", cls: "mono", cut: true, w: 90 });
     cols.push(
-      { key: "module", label: "Module", cls: "mono", cut: true, w: 100 },
-      { key: "shapes", label: "Shapes", cls: "mono", cut: true, w: 100 },
-      { key: "count", label: "Count", num: true, fmt: fmtCount, w: 54 },
+      { key: "module", label: "Module", cls: "mono", cut: true, w: 92 },
+      { key: "shapes", label: "Shapes", cls: "mono", cut: true, w: 96 },
+      { key: "count", label: "Count", num: true, fmt: fmtCount, w: 52 },
       { key: "total_us", label: "Time", num: true, fmt: fmtTime, w: 66 },
       { key: "share_pct", label: "% time", num: true, fmt: fmtPct, w: 64 },
       { key: "mean_us", label: "Mean", num: true, fmt: fmtTime, w: 64 },
       { key: "achieved_flops_per_s", label: "FLOP/s", num: true, fmt: fmtShort, w: 66 },
       { key: "achieved_bytes_per_s", label: "B/s", num: true, fmt: fmtShort, w: 62 },
-      { key: "bound", label: "Bound", chip: true, w: 84 },
+      { key: "bound", label: "Bound", chip: true, w: 98 },
       { key: "pct_of_ceiling", label: "% of ceiling", num: true, bar: true, w: 98 }
     );
     var tbl = document.getElementById("k-table"), tbody = tbl.tBodies[0];
