@@ -364,13 +364,13 @@
     if (D.multi_rank) cols.push({ key: "rank", label: "Rank", num: true, fmt: String, w: 44 });
     cols.push({ key: "name", label: D.item_label, cls: "name", cut: true });
     cols.push({ key: "category", label: "Category", cls: "cut small-text", cut: true, w: 92 });
-    if (D.show_op_column) cols.push({ key: "op", label: "Op", cls: "mono", cut: true, w: 90 });
+    if (D.show_op_column) cols.push({ key: "op", label: "Op", cls: "mono", cut: true, w: 86 });
     cols.push(
       { key: "module", label: "Module", cls: "mono", cut: true, w: 92 },
       { key: "shapes", label: "Shapes", cls: "mono", cut: true, w: 96 },
-      { key: "count", label: "Count", num: true, fmt: fmtCount, w: 52 },
+      { key: "count", label: "Count", num: true, fmt: fmtCount, w: 58 },
       { key: "total_us", label: "Time", num: true, fmt: fmtTime, w: 66 },
-      { key: "share_pct", label: "% time", num: true, fmt: fmtPct, w: 64 },
+      { key: "share_pct", label: "% time", num: true, fmt: fmtPct, w: 62 },
       { key: "mean_us", label: "Mean", num: true, fmt: fmtTime, w: 64 },
       { key: "achieved_flops_per_s", label: "FLOP/s", num: true, fmt: fmtShort, w: 66 },
       { key: "achieved_bytes_per_s", label: "B/s", num: true, fmt: fmtShort, w: 62 },
