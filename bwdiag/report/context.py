@@ -32,7 +32,8 @@ def build_context(diagnosis: Diagnosis) -> dict:
     """Everything the page needs, as plain JSON-able data (see the module docstring).
 
     Kernel rows are ordered by total time, longest first; ``roofline.points[*].k``,
-    ``roofline.unplotted[*].k`` and finding evidence refer to kernels by that index.
+    ``roofline.bandwidth.marks[*].k`` (the byte-only groups' strip), ``roofline.unplotted[*].k``
+    and finding evidence refer to kernels by that index.
     """
     kernels = sorted_kernels(diagnosis)
     kernel_rows = _kernel_rows(kernels)
