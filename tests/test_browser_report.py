@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bwdiag.diagnose.model import Diagnosis, Finding
+from bwdiag.diagnose.model import AppliedFinding, Diagnosis, Finding
 from bwdiag.report import render_html, write_atomic
 pytest.importorskip("websocket", reason="the browser tests drive Chromium over websocket-client")
 
@@ -170,8 +170,12 @@ def _hostile(d: Diagnosis) -> Diagnosis:
     kernels[0] = dataclasses.replace(kernels[0], name=HOSTILE, module=HOSTILE, op=HOSTILE)
     finding = Finding(kind="other", title=f"Look at {HOSTILE}", est_saving_us=1.0,
                       est_saving_pct=0.0, evidence=(HOSTILE,), fix=HOSTILE)
+    whatif = d.whatif
+    if whatif is not None:  # the what-if table shows finding titles as well
+        whatif = dataclasses.replace(whatif, findings=(
+            *whatif.findings, AppliedFinding("other", finding.title, 1.0, 0.0, True)))
     return dataclasses.replace(d, kernels=tuple(kernels), findings=(*d.findings, finding),
-                               warnings=(*d.warnings, HOSTILE))
+                               warnings=(*d.warnings, HOSTILE), whatif=whatif)
 
 
 def _check_hostile_is_text(browser: Browser) -> None:
@@ -182,6 +186,10 @@ def _check_hostile_is_text(browser: Browser) -> None:
     assert browser.evaluate(
         "[...document.querySelectorAll('.finding h3')].some(h => h.textContent.includes("
         f"{HOSTILE!r}))")
+    if browser.evaluate("!!document.getElementById('whatif-table')"):
+        assert browser.evaluate(
+            "[...document.querySelectorAll('#whatif-table tbody td')].some(td => td.textContent.includes("
+            f"{HOSTILE!r}))")
     assert browser.evaluate("document.images.length + document.querySelectorAll('img').length") == 0
     assert browser.dialogs() == [] and browser.problems() == []
 
