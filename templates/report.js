@@ -361,7 +361,7 @@
     /* Widths (px) of a fixed-layout table: at 1280 px the whole row fits, name first; long
        text is cut with an ellipsis, shown whole on hover (title) or by clicking its cell. */
     var cols = [];
-    if (D.multi_rank) cols.push({ key: "rank", label: "Rank", num: true, fmt: String, w: 44 });
+    if (D.multi_rank) cols.push({ key: "rank", label: "Rank", num: true, fmt: String, w: 52 });
     cols.push({ key: "name", label: D.item_label, cls: "name", cut: true });
     cols.push({ key: "category", label: "Category", cls: "cut small-text", cut: true, w: 92 });
     if (D.show_op_column) cols.push({ key: "op", label: "Op", cls: "mono", cut: true, w: 86 });
@@ -369,13 +369,13 @@
       { key: "module", label: "Module", cls: "mono", cut: true, w: 92 },
       { key: "shapes", label: "Shapes", cls: "mono", cut: true, w: 96 },
       { key: "count", label: "Count", num: true, fmt: fmtCount, w: 58 },
-      { key: "total_us", label: "Time", num: true, fmt: fmtTime, w: 66 },
+      { key: "total_us", label: "Time", num: true, fmt: fmtTime, w: 64 },
       { key: "share_pct", label: "% time", num: true, fmt: fmtPct, w: 62 },
-      { key: "mean_us", label: "Mean", num: true, fmt: fmtTime, w: 64 },
+      { key: "mean_us", label: "Mean", num: true, fmt: fmtTime, w: 62 },
       { key: "achieved_flops_per_s", label: "FLOP/s", num: true, fmt: fmtShort, w: 66 },
       { key: "achieved_bytes_per_s", label: "B/s", num: true, fmt: fmtShort, w: 62 },
       { key: "bound", label: "Bound", chip: true, w: 98 },
-      { key: "pct_of_ceiling", label: "% of ceiling", num: true, bar: true, w: 98 }
+      { key: "pct_of_ceiling", label: "% of ceiling", num: true, bar: true, w: 96 }
     );
     var tbl = document.getElementById("k-table"), tbody = tbl.tBodies[0];
     var state = { sort: "total_us", dir: -1, page: 0, text: "", bound: "", category: "", plotted: "", hl: null, open: null };
@@ -440,7 +440,9 @@
       var v = r[c.key];
       var td = el("td", { "class": (c.num ? "num " : "") + (c.cls || "") });
       if (c.chip) {
-        td.appendChild(el("span", { "class": "bound-chip b-" + v, title: r.ceiling || null }, v));
+        /* "communication" does not fit the column: the chip says "comm.", its title the rest. */
+        td.appendChild(el("span", { "class": "bound-chip b-" + v, title: v + (r.ceiling ? " (" + r.ceiling + ")" : "") },
+          v === "communication" ? "comm." : v));
       } else if (c.bar) {
         if (finite(v)) {
           var bar = el("span", { "class": "pctbar" });
