@@ -46,6 +46,8 @@
     if (Math.abs(p) >= 1000) return Math.round(p).toLocaleString("en-US") + "%";
     return p.toFixed(1) + "%";
   }
+  /* A rate in a column whose header names the unit: "617 T" under FLOP/s. */
+  function fmtShort(x) { return finite(x) ? fmtSI(x, "").trim() : "—"; }
   function fmtCount(n) { return finite(n) ? Math.round(n).toLocaleString("en-US") : "—"; }
   function fmtAxis(x) {
     if (x >= 1 && x < 1000) return String(x);
@@ -106,14 +108,20 @@
 
   /* ---------------------------------------------------------------- roofline */
   var pointNodes = {};
+  /* Marks on the chart and on the strip share one size scale: the longest group of either. */
+  function maxTime() {
+    var t = 0;
+    D.roofline.points.concat(D.roofline.bandwidth.marks).forEach(function (p) { if (p.t > t) t = p.t; });
+    return t || 1;
+  }
   function drawRoofline() {
     var R = D.roofline, box = document.getElementById("roof-chart");
     var W = 820, H = 470, ml = 72, mr = 24, mt = 18, mb = 50;
     var pw = W - ml - mr, ph = H - mt - mb;
-    var root = svg("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": "Roofline chart", id: "roof-svg" });
+    var root = svg("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": "Roofline chart", id: "roof-svg", "class": "roofsvg" });
     box.appendChild(root);
     if (!R.extent) {
-      var msg = D.kernels.length ? "No kernel group has both a FLOP and a byte estimate, so none can be placed on the roofline."
+      var msg = D.kernels.length ? "No " + (D.item_label === "Kernel" ? "kernel" : D.item_label) + " group has both a FLOP and a byte estimate, so none can be placed on the roofline."
         : "No " + (D.item_label === "Kernel" ? "kernel" : D.item_label) + "s in this trace: nothing to place on a roofline.";
       root.appendChild(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle", "class": "empty" }, msg));
       return;
@@ -208,7 +216,7 @@
       }
     }
     var pts = R.points.slice().sort(function (a, b) { return b.t - a.t; });
-    var tmax = pts.length ? pts[0].t : 1;
+    var tmax = maxTime();
     var pg = svg("g", { id: "roof-points" });
     for (i = 0; i < pts.length; i++) {
       var p = pts[i];
@@ -218,25 +226,106 @@
       pg.appendChild(node);
     }
     root.insertBefore(pg, labels);
-    pg.addEventListener("mouseover", function (e) { var k = e.target.getAttribute("data-k"); if (k !== null) showTip(e, +k); });
-    pg.addEventListener("mousemove", function (e) { if (!tip.hidden) moveTip(e); });
-    pg.addEventListener("mouseout", hideTip);
-    pg.addEventListener("click", function (e) { var k = e.target.getAttribute("data-k"); if (k !== null) { hideTip(); selectPoint(+k); table.reveal(+k); } });
+    hookPoints(pg);
 
+    drawLegend(root);
+  }
+
+  /* The legend lists what the chart and the strip drew, read back from the SVG itself: one
+     entry per bound with points (its marker, its count), and one per kind of line drawn. */
+  function legendMarker(kind, cls) {
+    var m = svg("svg", { width: kind === "pt" ? 12 : 26, height: 12, "class": "roofsvg marker", "aria-hidden": "true" });
+    if (kind === "pt") m.appendChild(svg("circle", { cx: 6, cy: 6, r: 5, "class": cls }));
+    else if (kind === "ridge") { m.setAttribute("width", 12); m.appendChild(svg("circle", { cx: 6, cy: 6, r: 3.5, "class": "ridge" })); }
+    else m.appendChild(svg("line", { x1: 1, y1: 6, x2: 25, y2: 6, "class": cls }));
+    return m;
+  }
+  function legendEntry(list, series, marker, text) {
+    var li = el("li", { "data-series": series });
+    li.appendChild(marker);
+    li.appendChild(document.createTextNode(text));
+    list.appendChild(li);
+  }
+  function drawLegend(root) {
     var legend = document.getElementById("roof-legend");
-    var counts = {};
-    R.points.forEach(function (p) { counts[p.b] = (counts[p.b] || 0) + 1; });
+    legend.textContent = "";
     BOUNDS.forEach(function (b) {
-      if (!counts[b]) return;
-      var li = el("li");
-      li.appendChild(el("span", { "class": "swatch b-" + b }));
-      li.appendChild(document.createTextNode(b + " " + counts[b]));
-      legend.appendChild(li);
+      var n = root.querySelectorAll("#roof-points circle.pt.b-" + b).length;
+      if (n) legendEntry(legend, "point:" + b, legendMarker("pt", "pt b-" + b), b + " " + n);
     });
-    legend.appendChild(el("li", { "class": "muted" }, "size ∝ time · solid roofs: peak per dtype · dashed: vector units · ridge points in FLOP/B"));
+    if (root.querySelector("line.roof:not(.vector)")) legendEntry(legend, "roof", legendMarker("line", "roof"), "peak FLOP/s per dtype");
+    if (root.querySelector("line.roof.vector")) legendEntry(legend, "roof-vector", legendMarker("line", "roof vector"), "vector units (no tensor cores)");
+    if (root.querySelector("line.mem-roof")) legendEntry(legend, "mem-roof", legendMarker("line", "mem-roof"), "memory bandwidth");
+    if (root.querySelector("circle.ridge")) legendEntry(legend, "ridge", legendMarker("ridge"), "ridge point (FLOP/B)");
+    if (root.querySelector("#roof-points circle.pt")) legend.appendChild(el("li", { "class": "muted" }, "size ∝ time"));
+  }
+
+  /* ---------------------------------------------------------------- bandwidth strip */
+  /* Groups that move bytes without FLOPs (copies, casts, fills): one mark each at its achieved
+     B/s, against the memory roof; same colours and sizes as the chart's points. */
+  function drawStrip(tmax) {
+    var S = D.roofline.bandwidth, box = document.getElementById("bw-strip");
+    if (!box || !S.marks.length || !S.extent) return;  /* the template leaves the strip out without marks */
+    var W = 820, ml = 72, mr = 24, mt = 20, lane = 8, lanes = 9;
+    var ph = lane * (lanes - 1) + 36, H = mt + ph + 40, pw = W - ml - mr;
+    var root = svg("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": "Bandwidth strip", id: "bw-svg", "class": "roofsvg" });
+    box.appendChild(root);
+    var lx0 = Math.log10(S.extent.xmin), lx1 = Math.log10(S.extent.xmax);
+    function sx(x) { return ml + (Math.log10(x) - lx0) / (lx1 - lx0) * pw; }
+    var d;
+    for (d = Math.ceil(lx0); d <= Math.floor(lx1); d++) {
+      var X = sx(Math.pow(10, d));
+      root.appendChild(svg("line", { x1: X, x2: X, y1: mt, y2: mt + ph, "class": "grid-line" }));
+      root.appendChild(svg("text", { x: X, y: mt + ph + 16, "text-anchor": "middle" }, fmtSI(Math.pow(10, d), "B/s")));
+    }
+    root.appendChild(svg("rect", { x: ml, y: mt, width: pw, height: ph, "class": "frame" }));
+    root.appendChild(svg("text", { x: ml + pw / 2, y: H - 8, "text-anchor": "middle", "class": "axis-title" }, "Achieved bandwidth (B/s) of groups without FLOPs"));
+    if (S.memory_bandwidth) {
+      var mx = sx(S.memory_bandwidth);
+      root.appendChild(svg("line", { x1: mx, x2: mx, y1: mt, y2: mt + ph, "class": "mem-roof" }));
+      root.appendChild(svg("text", { x: Math.min(mx, ml + pw - 4), y: mt - 6, "text-anchor": mx > ml + pw - 60 ? "end" : "middle", "class": "roof-label" }, "memory roof " + fmtSI(S.memory_bandwidth, "B/s")));
+    }
+    var cy = mt + ph / 2, placed = [];
+    var marks = S.marks.slice().sort(function (a, b) { return b.t - a.t; });
+    var g = svg("g", { id: "bw-marks" });
+    marks.forEach(function (m) {
+      var rad = 3 + 15 * Math.sqrt(Math.max(m.t, 0) / (tmax || 1));
+      rad = Math.min(rad, ph / 2 - 2);
+      var x = sx(m.x), y = cy, found = false;
+      /* A simple beeswarm: the first lane, outwards from the middle, where it stays inside the
+         frame and overlaps nothing; crowded: the middle lane. */
+      for (var i = 0; i < 2 * lanes && !found; i++) {
+        var yy = cy + (i % 2 ? -1 : 1) * Math.ceil(i / 2) * lane;
+        if (yy - rad < mt + 1 || yy + rad > mt + ph - 1) continue;
+        found = true;
+        for (var j = 0; j < placed.length; j++) {
+          var o = placed[j], dx = o.x - x, dy = o.y - yy;
+          if (dx * dx + dy * dy < (o.r + rad) * (o.r + rad) * 0.8) { found = false; break; }
+        }
+        if (found) y = yy;
+      }
+      placed.push({ x: x, y: y, r: rad });
+      var node = svg("circle", { cx: x.toFixed(2), cy: y.toFixed(2), r: rad.toFixed(2), "class": "pt b-" + m.b, "data-k": m.k });
+      pointNodes[m.k] = node;
+      g.appendChild(node);
+    });
+    root.appendChild(g);
+    hookPoints(g);
+    var legend = document.getElementById("bw-legend");
+    BOUNDS.forEach(function (b) {
+      var n = g.querySelectorAll("circle.pt.b-" + b).length;
+      if (n) legendEntry(legend, "mark:" + b, legendMarker("pt", "pt b-" + b), b + " " + n);
+    });
+    if (root.querySelector("line.mem-roof")) legendEntry(legend, "mem-roof", legendMarker("line", "mem-roof"), "memory bandwidth");
+  }
+  function hookPoints(g) {
+    g.addEventListener("mouseover", function (e) { var k = e.target.getAttribute("data-k"); if (k !== null) showTip(e, +k); });
+    g.addEventListener("mousemove", function (e) { if (!tip.hidden) moveTip(e); });
+    g.addEventListener("mouseout", hideTip);
+    g.addEventListener("click", function (e) { var k = e.target.getAttribute("data-k"); if (k !== null) { hideTip(); selectPoint(+k); table.reveal(+k); } });
   }
   function selectPoint(k) {
-    var prev = document.querySelector("#roof-points .pt.sel");
+    var prev = document.querySelector("circle.pt.sel");
     if (prev) prev.classList.remove("sel");
     if (pointNodes[k]) {
       pointNodes[k].classList.add("sel");
@@ -249,8 +338,8 @@
     document.getElementById("unplotted-title").textContent =
       "Not on the chart: " + R.unplotted.length + " of " + D.kernels.length + " groups";
     document.getElementById("unplotted-note").textContent = R.unplotted.length
-      ? fmtTime(R.unplotted_us) + " of kernel time without a FLOP and byte estimate. Click one to find it in the table."
-      : "Every kernel group has an estimate.";
+      ? fmtTime(R.unplotted_us) + " of " + (D.item_label === "Kernel" ? "kernel" : "op") + " time that neither the chart nor the bandwidth strip can place. Click one to find it in the table."
+      : "Every group is on the chart or the bandwidth strip.";
     var frag = document.createDocumentFragment();
     R.unplotted.forEach(function (u) {
       var r = D.kernels[u.k];
@@ -269,28 +358,33 @@
   /* ---------------------------------------------------------------- kernel table */
   var table = (function () {
     var PAGE = 50;
+    /* Widths (px) of a fixed-layout table: at 1280 px the whole row fits, name first; long
+       text is cut with an ellipsis, shown whole on hover (title) or by clicking its cell. */
     var cols = [];
-    if (D.multi_rank) cols.push({ key: "rank", label: "Rank", num: true, fmt: String });
+    if (D.multi_rank) cols.push({ key: "rank", label: "Rank", num: true, fmt: String, w: 52 });
+    cols.push({ key: "name", label: D.item_label, cls: "name", cut: true });
+    cols.push({ key: "category", label: "Category", cls: "cut small-text", cut: true, w: 92 });
+    if (D.show_op_column) cols.push({ key: "op", label: "Op", cls: "mono", cut: true, w: 86 });
     cols.push(
-      { key: "name", label: D.item_label, cls: "name" },
-      { key: "category", label: "Category" },
-      { key: "op", label: "Op", cls: "mono" },
-      { key: "module", label: "Module", cls: "mono" },
-      { key: "shapes", label: "Shapes", cls: "mono" },
-      { key: "count", label: "Count", num: true, fmt: fmtCount },
-      { key: "total_us", label: "Time", num: true, fmt: fmtTime },
-      { key: "share_pct", label: "% time", num: true, fmt: fmtPct },
-      { key: "mean_us", label: "Mean", num: true, fmt: fmtTime },
-      { key: "achieved_flops_per_s", label: "FLOP/s", num: true, fmt: function (x) { return fmtSI(x, "FLOP/s"); } },
-      { key: "achieved_bytes_per_s", label: "B/s", num: true, fmt: function (x) { return fmtSI(x, "B/s"); } },
-      { key: "bound", label: "Bound", chip: true },
-      { key: "pct_of_ceiling", label: "% of ceiling", num: true, bar: true }
+      { key: "module", label: "Module", cls: "mono", cut: true, w: 92 },
+      { key: "shapes", label: "Shapes", cls: "mono", cut: true, w: 96 },
+      { key: "count", label: "Count", num: true, fmt: fmtCount, w: 58 },
+      { key: "total_us", label: "Time", num: true, fmt: fmtTime, w: 64 },
+      { key: "share_pct", label: "% time", num: true, fmt: fmtPct, w: 62 },
+      { key: "mean_us", label: "Mean", num: true, fmt: fmtTime, w: 62 },
+      { key: "achieved_flops_per_s", label: "FLOP/s", num: true, fmt: fmtShort, w: 66 },
+      { key: "achieved_bytes_per_s", label: "B/s", num: true, fmt: fmtShort, w: 62 },
+      { key: "bound", label: "Bound", chip: true, w: 98 },
+      { key: "pct_of_ceiling", label: "% of ceiling", num: true, bar: true, w: 96 }
     );
     var tbl = document.getElementById("k-table"), tbody = tbl.tBodies[0];
-    var state = { sort: "total_us", dir: -1, page: 0, text: "", bound: "", category: "", plotted: "", hl: null };
+    var state = { sort: "total_us", dir: -1, page: 0, text: "", bound: "", category: "", plotted: "", hl: null, open: null };
     var view = [];
     var ths = [];
 
+    var colgroup = el("colgroup");
+    cols.forEach(function (c) { colgroup.appendChild(el("col", { "data-key": c.key, style: c.w ? "width: " + c.w + "px" : null })); });
+    tbl.insertBefore(colgroup, tbl.tHead);
     var tr = el("tr");
     cols.forEach(function (c) {
       var th = el("th", { "class": c.num ? "num" : null, "data-key": c.key, tabindex: "0", "aria-sort": "none", title: "Sort by " + c.label.toLowerCase() }, c.label);
@@ -346,7 +440,9 @@
       var v = r[c.key];
       var td = el("td", { "class": (c.num ? "num " : "") + (c.cls || "") });
       if (c.chip) {
-        td.appendChild(el("span", { "class": "bound-chip b-" + v, title: r.ceiling || null }, v));
+        /* "communication" does not fit the column: the chip says "comm.", its title the rest. */
+        td.appendChild(el("span", { "class": "bound-chip b-" + v, title: v + (r.ceiling ? " (" + r.ceiling + ")" : "") },
+          v === "communication" ? "comm." : v));
       } else if (c.bar) {
         if (finite(v)) {
           var bar = el("span", { "class": "pctbar" });
@@ -358,7 +454,7 @@
       } else {
         var text = c.fmt ? c.fmt(v) : (v === null || v === undefined || v === "" ? "—" : String(v));
         td.textContent = text;
-        if (c.cls && v) td.setAttribute("title", String(v));
+        if (c.cut && v) td.setAttribute("title", String(v) + "  (click to show it whole)");
       }
       return td;
     }
@@ -370,7 +466,7 @@
       var frag = document.createDocumentFragment();
       for (var i = start; i < end; i++) {
         var k = view[i], r = D.kernels[k];
-        var row = el("tr", { "data-k": k, "class": state.hl === k ? "hl" : null });
+        var row = el("tr", { "data-k": k, "class": ((state.hl === k ? "hl " : "") + (state.open === k ? "open" : "")).trim() || null });
         for (var j = 0; j < cols.length; j++) row.appendChild(cell(cols[j], r));
         frag.appendChild(row);
       }
@@ -412,6 +508,8 @@
       if (!row) return;
       var k = +row.getAttribute("data-k");
       state.hl = k;
+      /* A click on a cut cell (name, op, module, shapes) shows the row's texts whole; again: cut. */
+      if (e.target.closest("td.name, td.mono, td.cut")) state.open = state.open === k ? null : k;
       render();
       selectPoint(k);
     });
@@ -478,6 +576,7 @@
 
   table.update();
   drawRoofline();
+  drawStrip(maxTime());
   drawUnplotted();
   window.bwdiagReport = { data: D, table: table, selectPoint: selectPoint };
   document.documentElement.setAttribute("data-rendered", "1");

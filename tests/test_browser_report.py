@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bwdiag.diagnose.model import Diagnosis, Finding
+from bwdiag.diagnose.model import AppliedFinding, Diagnosis, Finding
 from bwdiag.report import render_html, write_atomic
 pytest.importorskip("websocket", reason="the browser tests drive Chromium over websocket-client")
 
@@ -42,6 +42,48 @@ def _with_estimates(d: Diagnosis) -> int:
     return sum(1 for k in d.kernels if k.flops and k.bytes and k.flops > 0 and k.bytes > 0)
 
 
+def _byte_only(d: Diagnosis) -> int:
+    """Groups for the bandwidth strip, counted from the diagnosis rows: bytes, an achieved B/s,
+    no FLOPs, not a collective."""
+    return sum(1 for k in d.kernels if k.bytes and k.bytes > 0 and not k.flops
+               and k.achieved_bytes_per_s and k.bound.value != "communication")
+
+
+def _check_legends(browser: Browser) -> None:
+    """Each legend lists exactly what its chart drew: per bound the count of circles of that
+    colour class, and an entry per kind of line only where such a line was drawn."""
+    got = browser.evaluate("""(() => {
+        const out = {};
+        for (const [legend, chart, marks, prefix] of [['#roof-legend', '#roof-svg', '#roof-points', 'point:'],
+                                                      ['#bw-legend', '#bw-svg', '#bw-marks', 'mark:']]) {
+            const svg = document.querySelector(chart);
+            const drawn = {};
+            if (svg) {
+                for (const c of document.querySelectorAll(marks + ' circle.pt')) {
+                    const b = [...c.classList].find(x => x.startsWith('b-')).slice(2);
+                    drawn[prefix + b] = (drawn[prefix + b] || 0) + 1;
+                }
+                if (svg.querySelector('line.roof:not(.vector)')) drawn.roof = null;
+                if (svg.querySelector('line.roof.vector')) drawn['roof-vector'] = null;
+                if (svg.querySelector('line.mem-roof')) drawn['mem-roof'] = null;
+                if (svg.querySelector('circle.ridge')) drawn.ridge = null;
+            }
+            const listed = {};
+            for (const li of document.querySelectorAll(legend + ' li[data-series]')) {
+                const key = li.getAttribute('data-series');
+                const swatch = li.querySelector('svg.marker circle.pt');
+                listed[key] = key.includes(':') ? +li.textContent.trim().split(' ').pop() : null;
+                // The legend's marker carries the same colour class as the drawn circles.
+                if (key.includes(':') && !swatch.classList.contains('b-' + key.split(':')[1])) listed[key] = 'wrong colour';
+            }
+            out[legend] = [drawn, listed];
+        }
+        return out;
+    })()""")
+    for legend, (drawn, listed) in got.items():
+        assert listed == drawn, legend
+
+
 def _load(browser: Browser, d: Diagnosis, name: str) -> Path:
     """Write the report for ``d``, open it, and check what every page must satisfy."""
     ARTIFACTS.mkdir(exist_ok=True)
@@ -53,8 +95,20 @@ def _load(browser: Browser, d: Diagnosis, name: str) -> Path:
     assert browser.requests() == [page.resolve().as_uri()]  # the page itself, nothing else
     points = browser.evaluate("document.querySelectorAll('#roof-points circle.pt').length")
     assert points == _with_estimates(d)
+    marks = browser.evaluate("document.querySelectorAll('#bw-marks circle.pt').length")
+    assert marks == _byte_only(d)
+    assert browser.evaluate("""(() => {  // every mark inside the strip's frame
+        const f = document.querySelector('#bw-svg rect.frame');
+        if (!f) return true;
+        const x0 = +f.getAttribute('x'), y0 = +f.getAttribute('y');
+        const x1 = x0 + +f.getAttribute('width'), y1 = y0 + +f.getAttribute('height');
+        return [...document.querySelectorAll('#bw-marks circle')].every(c => {
+            const cx = +c.getAttribute('cx'), cy = +c.getAttribute('cy'), r = +c.getAttribute('r');
+            return cy - r >= y0 && cy + r <= y1 && cx >= x0 && cx <= x1; });
+    })()""")
     assert browser.evaluate("document.querySelectorAll('#unplotted-list li').length") == (
-        len(d.kernels) - points)
+        len(d.kernels) - points - marks)
+    _check_legends(browser)
     shown = min(50, len(d.kernels))
     assert browser.evaluate("document.querySelectorAll('#k-table tbody tr[data-k]').length") == shown
     if d.kernels:
@@ -116,8 +170,12 @@ def _hostile(d: Diagnosis) -> Diagnosis:
     kernels[0] = dataclasses.replace(kernels[0], name=HOSTILE, module=HOSTILE, op=HOSTILE)
     finding = Finding(kind="other", title=f"Look at {HOSTILE}", est_saving_us=1.0,
                       est_saving_pct=0.0, evidence=(HOSTILE,), fix=HOSTILE)
+    whatif = d.whatif
+    if whatif is not None:  # the what-if table shows finding titles as well
+        whatif = dataclasses.replace(whatif, findings=(
+            *whatif.findings, AppliedFinding("other", finding.title, 1.0, 0.0, True)))
     return dataclasses.replace(d, kernels=tuple(kernels), findings=(*d.findings, finding),
-                               warnings=(*d.warnings, HOSTILE))
+                               warnings=(*d.warnings, HOSTILE), whatif=whatif)
 
 
 def _check_hostile_is_text(browser: Browser) -> None:
@@ -128,6 +186,10 @@ def _check_hostile_is_text(browser: Browser) -> None:
     assert browser.evaluate(
         "[...document.querySelectorAll('.finding h3')].some(h => h.textContent.includes("
         f"{HOSTILE!r}))")
+    if browser.evaluate("!!document.getElementById('whatif-table')"):
+        assert browser.evaluate(
+            "[...document.querySelectorAll('#whatif-table tbody td')].some(td => td.textContent.includes("
+            f"{HOSTILE!r}))")
     assert browser.evaluate("document.images.length + document.querySelectorAll('img').length") == 0
     assert browser.dialogs() == [] and browser.problems() == []
 
@@ -141,6 +203,9 @@ def test_h100_qwen_report_with_hostile_names(browser):
 def test_cpu_trace_report(browser):
     d = real_diagnosis(CPU_ONLY)
     _load(browser, d, "cpu-trace")
+    # A row of a CPU trace is its op: the table names it once ("CPU op"), no second "Op" column.
+    heads = browser.evaluate("[...document.querySelectorAll('#k-table th')].map(th => th.textContent)")
+    assert heads[0] == "CPU op" and "Op" not in heads and len(heads) == len(set(heads))
     text = browser.evaluate("document.getElementById('roof-chart').textContent")
     if not _with_estimates(d):
         assert "roofline" in text or "nothing to place" in text
@@ -151,6 +216,11 @@ def test_two_rank_fixture_report(browser):
     d = gpu_diagnosis()
     _load(browser, d, "fixture-two-ranks")
     _check_hostile_is_text(browser)
+    _at_1280(browser)  # with the Rank column too, the key columns fit
+    try:
+        _check_key_columns_visible(browser)
+    finally:
+        _restore(browser)
     assert browser.evaluate("document.querySelectorAll('#r-table tbody tr').length") == 2
     # Filtering by bound: ADD and COPY are the two memory-bound groups.
     browser.evaluate("bwdiagReport.table.filter('')")
@@ -188,3 +258,82 @@ def test_two_rank_fixture_report(browser):
 def test_cpu_fixture_report(browser):
     _load(browser, cpu_diagnosis(), "fixture-cpu")
     assert "No CPU ops in this trace" in browser.evaluate("document.getElementById('roof-chart').textContent")
+
+
+def _check_key_columns_visible(browser: Browser) -> None:
+    """At the current 1280 px viewport: the kernel table needs no sideways scroll, its key columns
+    lie inside the viewport and the name column keeps room to be read."""
+    browser.evaluate("document.getElementById('kernels').scrollIntoView({behavior: 'instant'})")
+    geo = browser.evaluate("""(() => {
+        const box = document.querySelector('#kernels .scroll-x');
+        const th = k => document.querySelector('#k-table th[data-key="' + k + '"]').getBoundingClientRect();
+        const keys = ['name', 'total_us', 'share_pct', 'bound', 'pct_of_ceiling'];
+        return {view: document.documentElement.clientWidth, scroll: box.scrollWidth, client: box.clientWidth,
+                cols: keys.map(k => { const r = th(k); return [k, r.left, r.right, r.width]; })};
+    })()""")
+    assert geo["view"] == 1280 and geo["scroll"] <= geo["client"]  # no sideways scroll
+    for key, left, right, width in geo["cols"]:
+        assert 0 <= left and right <= geo["view"] and width > 40, key
+    assert dict((k, w) for k, _, _, w in geo["cols"])["name"] >= 200
+
+
+def _at_1280(browser: Browser) -> None:
+    browser.call("Emulation.setDeviceMetricsOverride", width=1280, height=800,
+                 deviceScaleFactor=1, mobile=False)
+
+
+def _restore(browser: Browser) -> None:
+    browser.call("Emulation.setDeviceMetricsOverride", width=1360, height=1000,
+                 deviceScaleFactor=1, mobile=False)
+
+
+def test_h100_qwen_layout_strip_and_whatif(browser):
+    """At 1280×800 the kernel table's key columns are on screen without scrolling sideways; long
+    names are cut, whole in their title and after a click; the byte-only groups are on the strip;
+    the what-if section says the step before and after."""
+    from bwdiag.units import fmt_time
+
+    d = real_diagnosis(H100_QWEN)
+    page = _load(browser, d, "h100-qwen-plain")
+    assert len(page.read_bytes()) < 250_000  # the strip and the what-if add little (99 kB before)
+    _at_1280(browser)
+    try:
+        _check_key_columns_visible(browser)
+        browser.screenshot(ARTIFACTS / "h100-qwen-1280.png")
+        # The longest name is cut (ellipsis), whole in its title; a click shows it whole.
+        cut = browser.evaluate("""(() => {
+            const td = [...document.querySelectorAll('#k-table td.name')]
+                .reduce((a, b) => (a.textContent.length >= b.textContent.length ? a : b));
+            const k = td.parentNode.getAttribute('data-k');
+            const before = [td.scrollWidth > td.clientWidth, td.title, td.textContent, td.offsetHeight];
+            td.click();
+            const after = document.querySelector('#k-table tr[data-k="' + k + '"] td.name');
+            return before.concat([after.parentNode.classList.contains('open'),
+                                  after.scrollWidth <= after.clientWidth, after.offsetHeight]);
+        })()""")
+        overflowed, title, text, h0, opened, fits, h1 = cut
+        assert overflowed and title.startswith(text) and opened and fits and h1 > h0
+    finally:
+        _restore(browser)
+    # The strip: one mark per byte-only group (15 on this trace), coloured by its bound.
+    marks = browser.evaluate("""[...document.querySelectorAll('#bw-marks circle.pt')].map(c =>
+        [+c.getAttribute('data-k'), [...c.classList].find(x => x.startsWith('b-')).slice(2)])""")
+    assert len(marks) == _byte_only(d) == 15
+    for k, bound in marks:
+        row = browser.evaluate(f"bwdiagReport.data.kernels[{k}]")
+        assert not row["flops"] and row["bytes"] > 0 and row["bound"] == bound
+    title = browser.evaluate("document.getElementById('bw-title').textContent")
+    assert title.startswith("Bandwidth strip: 15 groups that move bytes without FLOPs")
+    assert "7.32 ms" in title  # 7,318.41 µs
+    assert browser.evaluate("document.getElementById('unplotted-title').textContent") == (
+        "Not on the chart: 0 of 38 groups")
+    # What-if: the top findings applied; step × projected/window, from the diagnosis itself.
+    w, t = d.whatif, d.time
+    head = browser.evaluate("document.getElementById('whatif-head').textContent")
+    assert " ".join(head.split()) == (
+        f"If you fix the top {len(w.findings)} findings: step {fmt_time(t.step_us)} → "
+        f"{fmt_time(t.step_us * w.projected_us / w.total_us)} ({w.total_us / w.projected_us:.2f}× faster)")
+    assert head.startswith("If you fix the top 6 findings: step 34.9 ms → 19 ms")
+    rows = browser.evaluate("[...document.querySelectorAll('#whatif-table tbody tr')].map(r => r.textContent)")
+    assert len(rows) == len(w.findings) and all("not capped" in r for r in rows)
+    assert "Whatif" not in browser.evaluate("document.body.innerText")  # no raw dump left

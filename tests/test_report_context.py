@@ -90,7 +90,8 @@ def test_kernels_sorted_by_time_with_shares():
 def test_roofline_points_are_groups_with_flops_and_bytes():
     ctx = build_context(gpu_diagnosis())
     r = ctx["roofline"]
-    # GEMM, ADD and the hostile one have flops and bytes; COPY has bytes only, TRITON and NCCL none.
+    # GEMM, ADD and the hostile one have flops and bytes; COPY has bytes only (the bandwidth
+    # strip), TRITON and NCCL none.
     assert [kernel_records(ctx)[p["k"]]["name"] for p in r["points"]] == [GEMM.name, ADD.name, HOSTILE]
     gemm = r["points"][0]
     assert gemm["x"] == pytest.approx(2 * 2048**3 / (3 * 2048 * 2048 * 2))  # 682.67 FLOP/B
@@ -99,11 +100,38 @@ def test_roofline_points_are_groups_with_flops_and_bytes():
     reasons = {kernel_records(ctx)[u["k"]]["name"]: u["reason"] for u in r["unplotted"]}
     assert reasons == {
         NCCL.name: "communication (see Communication)",
-        COPY.name: "moves bytes only (no FLOPs)",
         TRITON.name: "no FLOP or byte estimate",
     }
-    assert r["unplotted_us"] == 3000.0 + 1000.0 + 600.0
-    assert [k["plotted"] for k in kernel_records(ctx)] == [True, True, False, False, False, True]
+    assert r["unplotted_us"] == 3000.0 + 600.0
+    assert [k["plotted"] for k in kernel_records(ctx)] == [True, True, False, True, False, True]
+
+
+def test_byte_only_groups_are_on_the_bandwidth_strip():
+    # COPY: 2 × 4 B × 16777216 elements × 10 calls in 1000 µs = 1.342 TB/s, 65.8 % of the
+    # A100's 2.039 TB/s; it is 1000 of the table's 17000 µs (5.88 %).
+    strip = build_context(gpu_diagnosis())["roofline"]["bandwidth"]
+    ctx = build_context(gpu_diagnosis())
+    (mark,) = strip["marks"]
+    assert kernel_records(ctx)[mark["k"]]["name"] == COPY.name
+    assert mark["x"] == pytest.approx(2 * 4 * 16777216 * 10 / 1000e-6)
+    assert mark["pct"] == pytest.approx(100 * 2 * 4 * 16777216 * 10 / 1000e-6 / 2.039e12)
+    assert mark["b"] == "memory" and mark["t"] == 1000.0
+    assert strip["us"] == 1000.0
+    assert strip["pct_of_kernel_time"] == pytest.approx(100 * 1000 / 17000)
+    assert strip["memory_bandwidth"] == 2.039e12
+    # Decades around the mark (1.34e12 / 1.5) and the roof (2.039e12 × 1.5 = 3.06e12).
+    assert strip["extent"] == {"xmin": 1e11, "xmax": 1e13}
+
+
+def test_zero_flop_groups_without_a_rate_stay_off_the_strip():
+    # Bytes but no duration-derived rate: nothing to place, listed beside the chart instead.
+    copy = dataclasses.replace(COPY, achieved_bytes_per_s=None)
+    d = gpu_diagnosis()
+    d = dataclasses.replace(d, kernels=tuple(copy if k.name == COPY.name else k for k in d.kernels))
+    ctx = build_context(d)
+    assert ctx["roofline"]["bandwidth"]["marks"] == [] and ctx["roofline"]["bandwidth"]["extent"] is None
+    reasons = {kernel_records(ctx)[u["k"]]["name"]: u["reason"] for u in ctx["roofline"]["unplotted"]}
+    assert reasons[COPY.name] == "moves bytes only (no FLOPs)"
 
 
 def test_roofs_merge_equal_peaks_and_place_ridges():
@@ -300,3 +328,57 @@ def test_compute_far_below_its_roof_is_called_overhead():
     assert "yet 100% of that time runs at under 5% of its roof: per-op overhead" in headline
     # at 68.8 % of the roof (the fixture's GEMM) the headline stands alone
     assert "per-op overhead" not in build_context(gpu_diagnosis())["verdict"]["headline"]
+
+
+# ------------------------------------------------------------------------- what-if, kernel table
+
+
+def test_whatif_section_per_step():
+    # WHATIF (report_fixtures) saves 8000 of 20000 µs; the median step is 5000 µs, so every window
+    # figure is scaled by 5000/20000 = 0.25: 20000 → 12000 µs is step 5000 → 3000 µs, 1.67× faster.
+    w = build_context(gpu_diagnosis())["whatif"]
+    assert w["per_step"] and w["unit"] == "per step"
+    assert (w["n"], w["of"]) == (4, 4)
+    assert (w["before_us"], w["after_us"], w["saved_us"]) == (5000.0, 3000.0, 2000.0)
+    assert w["saved_pct"] == 40.0 and w["speedup"] == pytest.approx(20000 / 12000)
+    rows = w["rows"]
+    assert [r["saving_us"] for r in rows] == [750.0, 625.0, 625.0, 125.0]  # 3000, 2500, 2500, 500 × 0.25
+    assert [r["applied_us"] for r in rows] == [750.0, 625.0, 500.0, 125.0]  # the 2nd fusion: 2000 of 2500
+    assert [r["applied_pct"] for r in rows] == [100.0, 100.0, 80.0, 100.0]
+    assert [r["capped"] for r in rows] == [False, False, True, False]
+    assert w["claimed_us"] == 2125.0 and w["capped"] == 1
+    # Each row links to its card in the Findings list (sorted by saving, as the page shows them).
+    assert [r["finding"] for r in rows] == [1, 2, 3, 4]
+    assert [r["cap_reason"] is None for r in rows] == [True, True, False, True]
+    assert rows[2]["cap_reason"].startswith("overlapping time")
+
+
+def test_whatif_section_over_the_window_and_cap_reasons():
+    # No complete steps: the window's own figures; the first finding capped can only have hit
+    # its time class (nothing above it to overlap), a finding counted at 0 is used up.
+    time = dataclasses.replace(gpu_diagnosis().time, steps=0, step_us=None)
+    f = gpu_diagnosis().findings
+    whatif = WhatIf(findings=(AppliedFinding("fusion", f[0].title, 3000.0, 1000.0, True),
+                              AppliedFinding("overlap", f[1].title, 2500.0, 0.0, True)),
+                    total_us=20000.0, saved_us=1000.0, projected_us=19000.0, speedup=20000 / 19000)
+    w = build_context(gpu_diagnosis(time=time, whatif=whatif))["whatif"]
+    assert not w["per_step"] and w["unit"] == "over the window"
+    assert (w["before_us"], w["after_us"], w["saved_us"], w["claimed_us"]) == (20000.0, 19000.0, 1000.0, 5500.0)
+    assert (w["n"], w["of"]) == (2, 4)  # the page says the other 2 are left out
+    assert [r["applied_pct"] for r in w["rows"]] == [pytest.approx(100 / 3), 0.0]
+    assert w["rows"][0]["cap_reason"].startswith("capped by the time class")
+    assert w["rows"][1]["cap_reason"].startswith("nothing left to save")
+
+
+def test_no_whatif_section_without_a_projection():
+    assert build_context(gpu_diagnosis(whatif=None))["whatif"] is None
+    ctx = build_context(gpu_diagnosis())
+    assert "whatif" not in [x["key"] for x in ctx["sections"]]  # no raw dump beside it
+
+
+def test_op_column_only_when_it_differs_from_the_name():
+    assert build_context(gpu_diagnosis())["show_op_column"] is True  # ADD: aten::add under its kernel
+    d = gpu_diagnosis()
+    same = tuple(dataclasses.replace(k, op=k.name) for k in d.kernels)
+    assert build_context(dataclasses.replace(d, kernels=same))["show_op_column"] is False
+    assert build_context(cpu_diagnosis())["show_op_column"] is False

@@ -70,9 +70,14 @@ def _check_kernel_table_matches_trace(relpath: str, launches: int, total_us: flo
 def _check_roofline(d, ctx):
     with_estimates = [k for k in d.kernels
                       if k.flops is not None and k.bytes is not None and k.flops > 0 and k.bytes > 0]
+    byte_only = [k for k in d.kernels if k.bytes and not k.flops and k.achieved_bytes_per_s
+                 and k.bound.value != "communication"]
     points = ctx["roofline"]["points"]
+    marks = ctx["roofline"]["bandwidth"]["marks"]
     assert len(points) == len(with_estimates)
-    assert len(points) + len(ctx["roofline"]["unplotted"]) == len(d.kernels)
+    assert len(marks) == len(byte_only)
+    # Every group is a point, a mark on the bandwidth strip, or listed as not on the chart.
+    assert len(points) + len(marks) + len(ctx["roofline"]["unplotted"]) == len(d.kernels)
     records = kernel_records(ctx)
     assert sorted(records[p["k"]]["total_us"] for p in points) == sorted(
         k.total_us for k in with_estimates)
@@ -126,10 +131,34 @@ def test_h100_qwen_context():
     assert "H100" in ctx["device"]["name"]
 
 
+def test_h100_qwen_byte_only_groups_are_on_the_strip():
+    # From diagnosis.json itself: the groups with bytes and no FLOPs (null or 0) that are not
+    # collectives: 15 of the 38 groups, 7,318.41 µs of the 31,905.473 µs kernel time (22.9 %).
+    d = real_diagnosis(H100_QWEN)
+    rows = json.loads(render_json(d))["kernels"]
+    byte_only = [r for r in rows if r["bytes"] and not r["flops"] and r["bound"] != "communication"]
+    assert (len(byte_only), len(rows)) == (15, 38)
+    assert sum(r["total_us"] for r in byte_only) == pytest.approx(7318.41)
+    strip = build_context(d)["roofline"]["bandwidth"]
+    assert len(strip["marks"]) == 15
+    assert strip["us"] == pytest.approx(7318.41)
+    assert strip["pct_of_kernel_time"] == pytest.approx(100 * 7318.41 / 31905.473)
+    records = kernel_records(build_context(d))
+    assert sorted((records[m["k"]]["name"], m["x"]) for m in strip["marks"]) == sorted(
+        (r["name"], r["achieved_bytes_per_s"]) for r in byte_only)
+    bw = d.device.memory_bandwidth
+    for m in strip["marks"]:
+        assert m["pct"] == pytest.approx(100 * m["x"] / bw)
+    # Nothing is left "not on the chart": every group has a FLOP or a byte estimate.
+    assert build_context(d)["roofline"]["unplotted"] == []
+
+
 def test_cpu_trace_context():
     d = real_diagnosis(CPU_ONLY)
     ctx = build_context(d)
     assert _trace_activities(CPU_ONLY) == ([], 0)
+    # Each row of a CPU trace is a leaf op named by itself: no second "Op" column.
+    assert all(k.op == k.name for k in d.kernels) and ctx["show_op_column"] is False
     assert ctx["source"]["trace_kind"] == "cpu" and ctx["item_label"] == "CPU op"
     assert ctx["device"]["spec_source"] == "assumed" and ctx["device"]["assumed"]
     _check_roofline(d, ctx)  # leaf CPU ops against the host's (assumed) ceilings

@@ -12,7 +12,7 @@ from pathlib import PurePath
 from bwdiag._version import __version__
 from bwdiag.diagnose.model import Bound, Diagnosis, KernelRow, SpecSource
 from bwdiag.report.display import display_tree, humanize
-from bwdiag.report.roofline import build_roofline, plottable
+from bwdiag.report.roofline import build_roofline, byte_only, plottable
 from bwdiag.report.values import bound_of, jsonable, num
 from bwdiag.report.verdict import VERDICT_FINDINGS, build_verdict, projected_time, saving_shown
 
@@ -32,7 +32,8 @@ def build_context(diagnosis: Diagnosis) -> dict:
     """Everything the page needs, as plain JSON-able data (see the module docstring).
 
     Kernel rows are ordered by total time, longest first; ``roofline.points[*].k``,
-    ``roofline.unplotted[*].k`` and finding evidence refer to kernels by that index.
+    ``roofline.bandwidth.marks[*].k`` (the byte-only groups' strip), ``roofline.unplotted[*].k``
+    and finding evidence refer to kernels by that index.
     """
     kernels = sorted_kernels(diagnosis)
     kernel_rows = _kernel_rows(kernels)
@@ -55,6 +56,9 @@ def build_context(diagnosis: Diagnosis) -> dict:
         "device": _device(diagnosis),
         "roofline": build_roofline(diagnosis, kernels),
         "kernels": _columns(kernel_rows),
+        # The op column only when it tells something the name does not (in a CPU trace a row's
+        # name is its op, so the column would repeat the first one).
+        "show_op_column": any(k.op and k.op != k.name for k in kernels),
         "kernel_summary": {
             "groups": len(kernels),
             "launches": sum(k.count for k in kernels),
@@ -63,6 +67,7 @@ def build_context(diagnosis: Diagnosis) -> dict:
             "bounds": [b.value for b in Bound if any(bound_of(k) == b.value for k in kernels)],
         },
         "findings": _findings(diagnosis, kernels),
+        "whatif": _whatif(diagnosis),
         "communication": _communication(diagnosis),
         "ranks": _ranks(diagnosis),
         "idle": display_tree("idle", sections["idle"]) if sections["idle"] is not None else None,
@@ -196,7 +201,8 @@ def _kernel_rows(kernels: list[KernelRow], total: float | None = None) -> list[d
             "achieved_bytes_per_s": k.achieved_bytes_per_s,
             "attainable_flops_per_s": k.attainable_flops_per_s,
             "bound": bound_of(k), "ceiling": k.ceiling, "pct_of_ceiling": k.pct_of_ceiling,
-            "plotted": plottable(k),
+            # A mark on the page's chart: a roofline point or one on the bandwidth strip.
+            "plotted": plottable(k) or byte_only(k),
         })
     return rows
 
@@ -230,6 +236,66 @@ def _findings(d: Diagnosis, kernels: list[KernelRow]) -> list[dict]:
             "fix": f.fix,
         })
     return out
+
+
+# ----------------------------------------------------------------------------------------- what-if
+
+
+def _whatif(d: Diagnosis) -> dict | None:
+    """The what-if for people: the top findings applied together, the step before and after, and
+    per finding its own estimate beside the part the projection counted (and why it is less).
+
+    Figures are per median step where the trace has complete steps (window figures × step ÷
+    window, as :func:`~bwdiag.report.verdict.saving_shown`), else over the analysed window.
+    """
+    w = d.whatif
+    if w is None or not w.findings or not w.total_us or w.total_us <= 0:
+        return None
+    step = d.time.step_us
+    scale = step / w.total_us if step else 1.0
+    order = {id(f): i + 1 for i, f in enumerate(sorted(d.findings, key=lambda f: -num(f.est_saving_us)))}
+    by_title = {}
+    for f in d.findings:
+        by_title.setdefault((f.kind, f.title), order[id(f)])
+    rows = []
+    for pos, a in enumerate(w.findings):
+        est, applied = num(a.est_saving_us), num(a.applied_us)
+        reason = None
+        if a.capped:
+            if applied <= 0:
+                reason = ("nothing left to save: findings above it already claim its time, or the "
+                          "time class it acts on is used up")
+            elif pos == 0:
+                reason = "capped by the time class it acts on (its estimate is more than that class holds)"
+            else:
+                reason = ("overlapping time: part of it is already saved by findings above it, or "
+                          "capped by what its time class has left")
+        rows.append({
+            "finding": by_title.get((a.kind, a.title)),  # its place in the Findings list (#finding-N)
+            "kind": a.kind,
+            "kind_label": humanize(a.kind),
+            "title": a.title,
+            "saving_us": est * scale,
+            "applied_us": applied * scale,
+            "applied_pct": 100.0 * applied / est if est > 0 else None,
+            "capped": bool(a.capped),
+            "cap_reason": reason,
+        })
+    per_step = bool(step)
+    return {
+        "n": len(w.findings),
+        "of": len(d.findings),
+        "per_step": per_step,
+        "unit": "per step" if per_step else "over the window",
+        "before_us": step if per_step else w.total_us,
+        "after_us": num(w.projected_us) * scale,
+        "saved_us": num(w.saved_us) * scale,
+        "saved_pct": 100.0 * num(w.saved_us) / w.total_us,
+        "speedup": w.speedup,
+        "claimed_us": sum(r["saving_us"] for r in rows),
+        "capped": sum(1 for r in rows if r["capped"]),
+        "rows": rows,
+    }
 
 
 # ---------------------------------------------------------------------------------- communication
@@ -305,8 +371,6 @@ def _generic_sections(d: Diagnosis, sections: dict) -> list[tuple[str, object]]:
         out.append(("compiled", sections["compiled"]))
     if d.time.step_durations_us:
         out.append(("step_durations_us", dict(zip(d.time.step_ids, d.time.step_durations_us))))
-    if sections["whatif"] is not None:
-        out.append(("whatif", sections["whatif"]))
     return out
 
 

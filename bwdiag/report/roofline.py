@@ -1,5 +1,7 @@
 """The roofline chart's data: ceilings (roofs and ridge points), one point per kernel group with
-a FLOP and a byte estimate, the groups that cannot be placed (and why), and the axes' extent."""
+a FLOP and a byte estimate, the bandwidth strip beside it (groups that move bytes but do no FLOPs:
+copies, casts, fills, placed by achieved B/s against the memory roof), the groups that cannot be
+placed at all (and why), and the axes' extent."""
 
 from __future__ import annotations
 
@@ -50,6 +52,15 @@ def plottable(k: KernelRow) -> bool:
     )
 
 
+def byte_only(k: KernelRow) -> bool:
+    """A group for the bandwidth strip: bytes and an achieved B/s known, no FLOPs (None or 0), and
+    not a collective (those are measured against the link, in the Communication section)."""
+    return (
+        positive(k.bytes) and not positive(k.flops) and positive(k.achieved_bytes_per_s)
+        and bound_of(k) != Bound.COMMUNICATION.value
+    )
+
+
 def _unplotted_reason(k: KernelRow) -> str:
     if bound_of(k) == Bound.COMMUNICATION.value:
         return "communication (see Communication)"
@@ -64,14 +75,17 @@ def _unplotted_reason(k: KernelRow) -> str:
 
 def build_roofline(d: Diagnosis, kernels: list[KernelRow]) -> dict:
     roof_list = roofs(d)
-    points, unplotted = [], []
+    bw = d.device.memory_bandwidth if positive(d.device.memory_bandwidth) else None
+    points, strip, unplotted = [], [], []
     for i, k in enumerate(kernels):
         if plottable(k):
             points.append({"k": i, "x": k.intensity, "y": k.achieved_flops_per_s,
                            "t": k.total_us, "b": bound_of(k)})
+        elif byte_only(k):
+            strip.append({"k": i, "x": k.achieved_bytes_per_s, "t": k.total_us, "b": bound_of(k),
+                          "pct": 100.0 * k.achieved_bytes_per_s / bw if bw else None})
         else:
             unplotted.append({"k": i, "reason": _unplotted_reason(k)})
-    bw = d.device.memory_bandwidth if positive(d.device.memory_bandwidth) else None
     ridges = [r["ridge"] for r in roof_list if r["ridge"]]
     xs = [p["x"] for p in points] + ridges
     ys = [p["y"] for p in points] + [r["flops"] for r in roof_list]
@@ -95,5 +109,24 @@ def build_roofline(d: Diagnosis, kernels: list[KernelRow]) -> dict:
         "points": points,
         "unplotted": unplotted,
         "unplotted_us": sum(num(kernels[u["k"]].total_us) for u in unplotted),
+        "extent": extent,
+        "bandwidth": _bandwidth_strip(strip, bw, sum(num(k.total_us) for k in kernels)),
+    }
+
+
+def _bandwidth_strip(marks: list[dict], bw: float | None, kernel_us: float) -> dict:
+    """The strip of byte-only groups: one mark per group at its achieved B/s, the memory roof as
+    the line they are measured against, and the axis extent (decades around both)."""
+    us = sum(num(m["t"]) for m in marks)
+    xs = [m["x"] for m in marks] + ([bw] if bw else [])
+    extent = None
+    if marks:
+        extent = {"xmin": 10.0 ** math.floor(math.log10(min(xs) / 1.5)),
+                  "xmax": 10.0 ** math.ceil(math.log10(max(xs) * 1.5))}
+    return {
+        "marks": marks,
+        "us": us,
+        "pct_of_kernel_time": 100.0 * us / kernel_us if kernel_us > 0 else None,
+        "memory_bandwidth": bw,
         "extent": extent,
     }
