@@ -2,7 +2,7 @@
 
 Layers, top to bottom (docs/ARCHITECTURE.md)::
 
-    cli  →  capture  →  pipeline  →  report  →  diagnose  →  {costs, hardware}  →  trace
+    cli  →  capture  →  diff  →  pipeline  →  report  →  diagnose  →  {costs, hardware}  →  trace
                                                             (leaves: bwdiag.errors, bwdiag.cache, bwdiag._version)
 
 A module may import its own layer's modules and any layer below it; ``costs`` and ``hardware``
@@ -27,6 +27,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent / "bwdiag"
 LAYER_ORDER: tuple[tuple[str, ...], ...] = (
     ("<root>", "__main__", "cli", "cli_views", "interrupts"),
     ("capture",),
+    ("diff",),
     ("pipeline",),
     ("report",),
     ("diagnose",),
