@@ -227,3 +227,34 @@ def test_findings_resolved_and_realised_on_the_groups_they_name(bert):
     assert rows["sync"]["status"] == "still there"
     assert rows["sync"]["realised_on_step_us"] == pytest.approx(1000)
     assert rows["batching"]["predicted_us"] == pytest.approx(batching.est_saving_per_step_us)
+
+
+def test_groups_named_by_evidence():
+    from bwdiag.diff.compare import _acts_on
+
+    def g(*names):
+        return {"us": 1.0, "calls": 1, "names": list(names), "rows": []}
+
+    long = "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>(Params)"
+    groups = {
+        ("op", "aten::mm", "f32[8, 8], f32[8, 8]", "f32", "M.a"): g("k_small"),
+        ("op", "aten::mm", "f32[4, 4], f32[4, 4]", "f32", "M.b"): g("k_small"),
+        ("op", "aten::addmm", "bf16[512]", "bf16", "M.c"): g(long),
+        ("op", "aten::bmm", "", "", ""): g("ampere_sgemm_128x128_tn"),
+        ("op", "aten::mul", "bf16[2]", "bf16", "Net.Norm_0"): g("elementwise_kernel"),
+        ("op", "aten::mul", "bf16[2]", "bf16", "Net.Norm_1"): g("elementwise_kernel"),
+        ("name", "ncclKernel_AllReduce"): g("ncclKernel_AllReduce"),
+    }
+    keys = list(groups)
+    # (op, shapes) names the first mm group only; the label of a cut name followed by another op's
+    # (op, shapes) names nothing else.
+    assert _acts_on(["k_small (aten::mm, f32[8, 8], f32[8, 8]): ×3"], groups) == [keys[0]]
+    # A name cut at 60 characters as the findings cut it (59 + "…"), followed by its own op.
+    cut = long[:59] + "…"
+    assert _acts_on([f"{cut} (aten::addmm, bf16[512]): ×17 per step"], groups) == [keys[2]]
+    assert _acts_on([f"{cut} (aten::mm, f32[1, 1]): ×1"], groups) == []
+    assert _acts_on(["ampere_sgemm_128x128_tn (aten::bmm): 2.64 ms"], groups) == [keys[3]]
+    # A chain of ops in a module listed in the evidence: that module's mul, not the other's.
+    assert _acts_on(["a chain of 2 ops over bf16[2] (×8 per step): add → mul", "Net.Norm_0"], groups) == [keys[4]]
+    # A bare kernel name (a collective).
+    assert _acts_on(["ncclKernel_AllReduce"], groups) == [keys[6]]

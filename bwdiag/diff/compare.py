@@ -17,9 +17,9 @@ Findings. Each finding of BEFORE is looked for in AFTER (same kind and the same 
 numbers blanked out; else the only finding of that kind on both sides). Its status compares the
 saving bwdiag still predicts in AFTER with the one it predicted in BEFORE: ``resolved`` when under
 20 % of it remains (or the finding is gone), ``still there`` from 80 %, ``partly`` between. The
-*realised* saving is measured where the finding acts: on the kernel groups its evidence names
-(matched by kernel label or ``(op, shapes)``), on GPU idle for host-side findings, on exposed
-communication for overlap findings, and always on the step.
+*realised* saving is measured where the finding acts: on idle time for host-side findings (host,
+data loader, syncs, launches), on exposed communication for overlap findings, else on the kernel
+groups its evidence names (see :func:`_acts_on`), else on the step; and always on the step too.
 """
 
 from __future__ import annotations
@@ -271,26 +271,45 @@ def _label(name: str) -> str:
 
 
 def _acts_on(evidence: Iterable[str], groups: dict[tuple, dict]) -> list[tuple]:
-    """The kernel groups a finding's evidence names: ``(op, shapes)`` in a line, or a kernel's label
-    not followed by another op's ``(op, shapes)``."""
-    found = []
+    """The kernel groups a finding's evidence names.
+
+    A group is named by ``(op, shapes)`` in a line; by one of its kernels' labels (the name cut as
+    the findings cut it) not followed by a parenthesis, or followed by the group's own ``(op`` …;
+    or, for a chain of ops (``a → b → c``), when its module is one of the evidence's lines and its
+    op (without ``aten::``) is a link of the chain.
+    """
     lines = list(evidence)
+    modules = {line.strip() for line in lines}
+    chain = set()
+    for line in lines:
+        if "→" in line:
+            chain.update(w.strip(" .,:;()…") for w in re.split(r"→|:", line))
+    found = []
     for key, g in groups.items():
-        hit = False
-        for line in lines:
-            if key[0] == "op" and key[2] and f"({key[1]}, {key[2]})" in line:
-                hit = True
-            else:
-                for name in g["names"]:
-                    label = _label(name)
-                    at = line.find(label)
-                    if at >= 0 and not line[at + len(label):].lstrip().startswith("("):
-                        hit = True
-            if hit:
-                break
-        if hit:
+        op, shapes, module = (key[1], key[2], key[4]) if key[0] == "op" else (None, None, None)
+        if op and module and module in modules and op.removeprefix("aten::") in chain:
             found.append(key)
+            continue
+        own = (f"({op})", f"({op}, {shapes})" if shapes else f"({op})", f"({op}):") if op else ()
+        for line in lines:
+            if op and shapes and f"({op}, {shapes})" in line:
+                break
+            if any(_label_named(line, _label(name), own) for name in g["names"]):
+                break
+        else:
+            continue
+        found.append(key)
     return found
+
+
+def _label_named(line: str, label: str, own: tuple[str, ...]) -> bool:
+    at = line.find(label)
+    while at >= 0:
+        rest = line[at + len(label):].lstrip()
+        if not rest.startswith("(") or any(rest.startswith(o) for o in own):
+            return True
+        at = line.find(label, at + 1)
+    return False
 
 
 def _finding_row(f: Finding, before: Diagnosis, after: Diagnosis, gb: dict, ga: dict,
@@ -303,15 +322,15 @@ def _finding_row(f: Finding, before: Diagnosis, after: Diagnosis, gb: dict, ga: 
               else "still there" if share >= STILL_THERE_FROM else "partly")
     keys = _acts_on(f.evidence, gb)
     kind = str(f.kind)
-    if keys:
-        measured_on = f"{len(keys)} kernel group(s) named in its evidence"
-        realised = sum(gb[k]["us"] for k in keys) - sum(ga[k]["us"] for k in keys if k in ga)
-    elif kind in IDLE_KINDS:
+    if kind in IDLE_KINDS:  # the saving is idle time, whatever kernels the evidence names
         measured_on = "idle time"
         realised = -time["idle"]["delta_us"]
-    elif kind == "overlap":
+    elif kind == "overlap":  # hiding a collective saves its exposed part, not its time
         measured_on = "exposed communication"
         realised = -time["exposed_communication"]["delta_us"]
+    elif keys:
+        measured_on = f"{len(keys)} kernel group(s) named in its evidence"
+        realised = sum(gb[k]["us"] for k in keys) - sum(ga[k]["us"] for k in keys if k in ga)
     else:
         measured_on = "the step"
         realised = -step["delta_us"]
