@@ -8,8 +8,9 @@ total ``x`` becomes ``x × step_us ÷ window_us``, as ``Finding.est_saving_per_s
 per analysed window (``"unit": "window"``); kernel-group times are the mean over ranks.
 
 Noise rule. The run-to-run noise of one run is half the range of its complete steps' durations
-(``(max − min) / 2``, abnormal steps included: they happened); the diff's noise is the larger of the
-two runs'. A change of the median step is *beyond the noise* when ``|Δmedian| > noise``. With one
+(``(max − min) / 2``), leaving out the steps the diagnosis flags abnormal (over 1.5× the median: a
+checkpoint or a recompilation is an event, not noise); the diff's noise is the larger of the two
+runs'. A change of the median step is *beyond the noise* when ``|Δmedian| > noise``. With one
 recorded step on both sides the noise is unknown (``noise_known: false``) and taken as 0.
 ``--fail-if-slower PCT`` fails when ``Δmedian > noise + PCT% × median_before``.
 
@@ -98,12 +99,19 @@ def _side_step(d: Diagnosis, per_step: bool) -> dict[str, Any]:
     t = d.time
     if not per_step:
         return {"median_us": t.total_us, "min_us": t.total_us, "max_us": t.total_us, "spread_us": 0.0,
-                "steps": t.steps or 0, "durations_us": [], "step_ids": []}
+                "steps": t.steps or 0, "durations_us": [], "step_ids": [], "abnormal_steps": []}
     durations = [x for x in t.step_durations_us if x is not None]
     lo = min(durations) if durations else (t.step_min_us if t.step_min_us is not None else t.step_us)
     hi = max(durations) if durations else (t.step_max_us if t.step_max_us is not None else t.step_us)
-    return {"median_us": t.step_us, "min_us": lo, "max_us": hi, "spread_us": hi - lo,
-            "steps": t.steps or len(durations), "durations_us": durations, "step_ids": list(t.step_ids)}
+    # The noise is the spread of the ordinary steps: a step the diagnosis flags as abnormal (over
+    # 1.5x the median: a checkpoint, a recompilation) is an event, not run-to-run noise.
+    abnormal = set(t.abnormal_steps)
+    ordinary = [x for i, x in zip(t.step_ids, durations) if i not in abnormal] if len(t.step_ids) == len(durations) \
+        else durations
+    spread = (max(ordinary) - min(ordinary)) if ordinary else hi - lo
+    return {"median_us": t.step_us, "min_us": lo, "max_us": hi, "spread_us": spread,
+            "steps": t.steps or len(durations), "durations_us": durations, "step_ids": list(t.step_ids),
+            "abnormal_steps": sorted(abnormal)}
 
 
 def _step_section(before: Diagnosis, after: Diagnosis, per_step: bool) -> dict[str, Any]:
@@ -122,7 +130,8 @@ def _step_section(before: Diagnosis, after: Diagnosis, per_step: bool) -> dict[s
         "noise_us": noise,
         "noise_known": noise_known,
         "noise_rule": "beyond the noise when |after median - before median| > max(before range, after range) / 2, "
-                      "a range being max - min of the complete steps' durations",
+                      "a range being max - min of the complete steps' durations, steps flagged abnormal "
+                      "(over 1.5x the median) left out",
         "beyond_noise": beyond,
         "verdict": verdict,
     }
