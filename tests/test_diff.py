@@ -263,3 +263,19 @@ def test_groups_named_by_evidence():
     assert _acts_on(["a chain of 2 ops over bf16[2] (×8 per step): add → mul", "Net.Norm_0"], groups) == [keys[4]]
     # A bare kernel name (a collective).
     assert _acts_on(["ncclKernel_AllReduce"], groups) == [keys[6]]
+
+
+def test_world_size_and_rank_sets(bert):
+    from bwdiag.diff import compare
+
+    two = dataclasses.replace(bert, source=dataclasses.replace(bert.source, ranks=(0, 1)))
+    doc = compare(bert, two)
+    assert [w.split(":")[0] for w in doc["warnings"]] == ["other world size"]
+    assert doc["runs"]["before"]["world_size"] == 1 and doc["runs"]["after"]["world_size"] == 2
+    # Two ranks: each group is the mean over the ranks, so the same rows read half as long.
+    g = doc["kernels"]["groups"][0]
+    assert g["after_us"] == pytest.approx(g["before_us"] / 2)
+    other = dataclasses.replace(bert, source=dataclasses.replace(bert.source, ranks=(3,)))
+    doc = compare(bert, other)
+    assert doc["warnings"] == [] and any(n.startswith("other ranks: BEFORE has ranks [0], AFTER [3]")
+                                         for n in doc["notes"])

@@ -241,6 +241,9 @@ def _runs_section(before: Diagnosis, after: Diagnosis, kernels: dict) -> tuple[d
     if b["world_size"] != a["world_size"]:
         unfair.append(f"other world size: BEFORE has {b['world_size']} rank(s), AFTER {a['world_size']}; "
                       "per-rank work and communication are not comparable")
+    elif sorted(b["ranks"]) != sorted(a["ranks"]):
+        notes.append(f"other ranks: BEFORE has ranks {b['ranks']}, AFTER {a['ranks']}; groups are matched "
+                     "across them as the mean over each run's ranks")
     share = kernels["matched_share_of_before_pct"]
     if share is not None and kernels["after_us"] and share < 100 * MIN_MATCHED_SHARE:
         unfair.append(f"only {share:.0f}% of BEFORE's kernel time is in groups (op, shapes, dtype, module) "
