@@ -187,6 +187,33 @@ def report_command(diagnosis_json: Path, out_dir: Path | None, force: bool) -> N
     print_summary(diagnosis, outputs={"html": html}, file=sys.stdout)
 
 
+@main.command("diff")
+@click.argument("before", type=click.Path(path_type=str))
+@click.argument("after", type=click.Path(path_type=str))
+@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path),
+              help="Output folder for diff.json and diff.html [default: ./bwdiag-diff-<AFTER name>].")
+@click.option("--force", is_flag=True, help="Overwrite a diff already in the output folder.")
+@click.option("--fail-if-slower", "fail_if_slower", type=click.FloatRange(min=0), metavar="PCT", default=None,
+              help="Exit 1 when AFTER's step is slower than BEFORE's by more than PCT % beyond the run-to-run noise.")
+@click.option("--device-spec", type=click.Path(path_type=Path), metavar="FILE",
+              help="Device ceilings for a side analysed from traces (see `bwdiag analyze --help`).")
+def diff_command(before: str, after: str, out_dir: Path | None, force: bool, fail_if_slower: float | None,
+                 device_spec: Path | None) -> None:
+    """Compare two runs: did the fix work? BEFORE/AFTER: trace files, rank folders or bwdiag output folders
+    (a folder with diagnosis.json is read, not re-analysed)."""
+    from bwdiag import diff
+    from bwdiag.diff.render import print_diff
+
+    out_dir = out_dir or diff.default_out(after)
+    diff.check_output_dir(out_dir, force=force)  # fail before the (long) analysis
+    doc = diff.diff(before, after, fail_if_slower=fail_if_slower, device_spec=device_spec,
+                    progress=sys.stderr.isatty())
+    outputs = diff.write_outputs(doc, out_dir)
+    print_diff(doc, outputs=outputs)
+    if doc.get("gate", {}).get("failed"):
+        sys.exit(1)
+
+
 # -- capture ---------------------------------------------------------------------------------
 _RUN_SETTINGS = {
     "ignore_unknown_options": True,

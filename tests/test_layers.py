@@ -2,7 +2,7 @@
 
 Layers, top to bottom (docs/ARCHITECTURE.md)::
 
-    cli  →  capture  →  pipeline  →  report  →  diagnose  →  {costs, hardware}  →  trace
+    cli  →  capture  →  diff  →  pipeline  →  report  →  diagnose  →  {costs, hardware}  →  trace
                                                             (leaves: bwdiag.errors, bwdiag.cache, bwdiag._version)
 
 A module may import its own layer's modules and any layer below it; ``costs`` and ``hardware``
@@ -28,6 +28,7 @@ LAYER_ORDER: tuple[tuple[str, ...], ...] = (
     ("<root>", "__main__", "cli", "cli_views", "interrupts"),
     ("integrations",),  # framework callbacks over capture (bwdiag.profile)
     ("capture",),
+    ("diff",),
     ("pipeline",),
     ("report",),
     ("diagnose",),

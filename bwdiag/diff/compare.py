@@ -1,0 +1,361 @@
+"""Two diagnoses side by side: the ``diff.json`` document (schema ``bwdiag/diff@1``).
+
+Pure functions of two :class:`~bwdiag.diagnose.model.Diagnosis` objects (no trace, no pandas), so a
+diff of two bwdiag output folders needs nothing but their ``diagnosis.json`` files.
+
+Units. Every time is **per median complete step** when both runs have complete steps (a window
+total ``x`` becomes ``x × step_us ÷ window_us``, as ``Finding.est_saving_per_step_us`` is made), else
+per analysed window (``"unit": "window"``); kernel-group times are the mean over ranks.
+
+Noise rule. The run-to-run noise of one run is half the range of its complete steps' durations
+(``(max − min) / 2``), leaving out the steps the diagnosis flags abnormal (over 1.5× the median: a
+checkpoint or a recompilation is an event, not noise); the diff's noise is the larger of the two
+runs'. A change of the median step is *beyond the noise* when ``|Δmedian| > noise``. With one
+recorded step on both sides the noise is unknown (``noise_known: false``) and taken as 0.
+``--fail-if-slower PCT`` fails when ``Δmedian > noise + PCT% × median_before``.
+
+Findings. Each finding of BEFORE is looked for in AFTER (same kind and the same title with its
+numbers blanked out; else the only finding of that kind on both sides). Its status compares the
+saving bwdiag still predicts in AFTER with the one it predicted in BEFORE: ``resolved`` when under
+20 % of it remains (or the finding is gone), ``still there`` from 80 %, ``partly`` between. The
+*realised* saving is measured where the finding acts: on idle time for host-side findings (host,
+data loader, syncs, launches), on exposed communication for overlap findings, else on the kernel
+groups its evidence names (see :func:`_acts_on`), else on the step; and always on the step too.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable
+
+from bwdiag._version import __version__
+from bwdiag.diagnose.model import TIME_KEYS, Diagnosis, Finding, KernelRow
+
+SCHEMA = "bwdiag/diff@1"
+
+#: A finding whose remaining predicted saving is below this share of the original is resolved.
+RESOLVED_BELOW = 0.2
+#: ... and from this share on it is still there (between: partly).
+STILL_THERE_FROM = 0.8
+#: Below this share of BEFORE's kernel time found again in AFTER, the runs likely ran other shapes.
+MIN_MATCHED_SHARE = 0.5
+#: Finding kinds whose saving is GPU idle time (the host, the input pipeline, syncs, launches).
+IDLE_KINDS = frozenset({"host_bound", "data_loader", "sync", "launch_overhead"})
+#: Width of kernel names in finding evidence (``diagnose.findings.helpers.kernel_label``).
+LABEL_WIDTH = 60
+#: Kernel groups listed in diff.json beyond which only totals are kept.
+MAX_GROUPS = 200
+
+
+def compare(before: Diagnosis, after: Diagnosis, *, before_meta: dict | None = None,
+            after_meta: dict | None = None) -> dict[str, Any]:
+    """The ``diff.json`` document comparing ``before`` with ``after`` (see the module docstring)."""
+    per_step = _has_steps(before) and _has_steps(after)
+    sb, sa = _scale(before, per_step), _scale(after, per_step)
+    step = _step_section(before, after, per_step)
+    groups_b, groups_a = _groups(before, sb), _groups(after, sa)
+    kernels = _kernel_section(groups_b, groups_a)
+    runs, unfair, notes = _runs_section(before, after, kernels)
+    time = _time_section(before, after, sb, sa)
+    findings = [_finding_row(f, before, after, groups_b, groups_a, time, step, per_step)
+                for f in before.findings]
+    return {
+        "schema": SCHEMA,
+        "bwdiag_version": __version__,
+        "before": {**(before_meta or {}), "paths": list(before.source.paths)},
+        "after": {**(after_meta or {}), "paths": list(after.source.paths)},
+        "unit": "step" if per_step else "window",
+        "runs": runs,
+        "warnings": unfair,
+        "notes": notes,
+        "step": step,
+        "time": time,
+        "kernels": kernels,
+        "findings": findings,
+    }
+
+
+def gate(doc: dict[str, Any], pct: float) -> dict[str, Any]:
+    """The ``--fail-if-slower PCT`` verdict: AFTER's step slower than BEFORE's by more than the
+    noise plus ``pct`` % of BEFORE's median."""
+    s = doc["step"]
+    limit = s["noise_us"] + pct / 100.0 * s["before"]["median_us"]
+    return {"fail_if_slower_pct": pct, "limit_us": limit, "failed": s["delta_us"] > limit}
+
+
+# ------------------------------------------------------------------------------------ the step
+
+
+def _has_steps(d: Diagnosis) -> bool:
+    return bool(d.time.step_us) and bool(d.time.total_us)
+
+
+def _scale(d: Diagnosis, per_step: bool) -> float:
+    """Multiplier from a window total (mean per rank) to the unit of the diff."""
+    return d.time.step_us / d.time.total_us if per_step else 1.0
+
+
+def _side_step(d: Diagnosis, per_step: bool) -> dict[str, Any]:
+    t = d.time
+    if not per_step:
+        return {"median_us": t.total_us, "min_us": t.total_us, "max_us": t.total_us, "spread_us": 0.0,
+                "steps": t.steps or 0, "durations_us": [], "step_ids": [], "abnormal_steps": []}
+    durations = [x for x in t.step_durations_us if x is not None]
+    lo = min(durations) if durations else (t.step_min_us if t.step_min_us is not None else t.step_us)
+    hi = max(durations) if durations else (t.step_max_us if t.step_max_us is not None else t.step_us)
+    # The noise is the spread of the ordinary steps: a step the diagnosis flags as abnormal (over
+    # 1.5x the median: a checkpoint, a recompilation) is an event, not run-to-run noise.
+    abnormal = set(t.abnormal_steps)
+    ordinary = [x for i, x in zip(t.step_ids, durations) if i not in abnormal] if len(t.step_ids) == len(durations) \
+        else durations
+    spread = (max(ordinary) - min(ordinary)) if ordinary else hi - lo
+    return {"median_us": t.step_us, "min_us": lo, "max_us": hi, "spread_us": spread,
+            "steps": t.steps or len(durations), "durations_us": durations, "step_ids": list(t.step_ids),
+            "abnormal_steps": sorted(abnormal)}
+
+
+def _step_section(before: Diagnosis, after: Diagnosis, per_step: bool) -> dict[str, Any]:
+    b, a = _side_step(before, per_step), _side_step(after, per_step)
+    delta = a["median_us"] - b["median_us"]
+    noise = max(b["spread_us"], a["spread_us"]) / 2.0
+    noise_known = per_step and max(b["steps"], a["steps"]) > 1
+    beyond = abs(delta) > noise
+    verdict = "no change" if not beyond else ("slower" if delta > 0 else "faster")
+    return {
+        "before": b,
+        "after": a,
+        "delta_us": delta,
+        "delta_pct": 100.0 * delta / b["median_us"] if b["median_us"] else None,
+        "speedup": b["median_us"] / a["median_us"] if a["median_us"] else None,
+        "noise_us": noise,
+        "noise_known": noise_known,
+        "noise_rule": "beyond the noise when |after median - before median| > max(before range, after range) / 2, "
+                      "a range being max - min of the complete steps' durations, steps flagged abnormal "
+                      "(over 1.5x the median) left out",
+        "beyond_noise": beyond,
+        "verdict": verdict,
+    }
+
+
+# ---------------------------------------------------------------------------- time by bound
+
+
+def _time_section(before: Diagnosis, after: Diagnosis, sb: float, sa: float) -> dict[str, Any]:
+    def pair(b: float | None, a: float | None) -> dict[str, float | None]:
+        b = None if b is None else b * sb
+        a = None if a is None else a * sa
+        return {"before_us": b, "after_us": a,
+                "delta_us": None if a is None or b is None else a - b}
+
+    by_bound = {k: pair(before.time.by_bound.get(k, 0.0), after.time.by_bound.get(k, 0.0))
+                for k in TIME_KEYS}
+    return {
+        "total": pair(before.time.total_us, after.time.total_us),
+        "by_bound": by_bound,
+        "exposed_communication": pair(before.time.exposed_communication_us,
+                                      after.time.exposed_communication_us),
+        "idle": by_bound["idle"],
+    }
+
+
+# ------------------------------------------------------------------------------ kernel groups
+
+
+def group_key(row: KernelRow) -> tuple:
+    """Groups match across runs by (op, shapes, dtype, module): a kernel renamed by a compiler
+    or a library update is still the same op on the same shapes. Without a launching op, by name."""
+    if row.op:
+        return ("op", row.op, row.shapes or "", row.dtype or "", row.module or "")
+    return ("name", row.name)
+
+
+def _groups(d: Diagnosis, scale: float) -> dict[tuple, dict[str, Any]]:
+    ranks = max(1, len(set(d.source.ranks)) or len({r.rank for r in d.kernels}))
+    out: dict[tuple, dict[str, Any]] = {}
+    for row in d.kernels:
+        g = out.setdefault(group_key(row), {"us": 0.0, "calls": 0, "names": [], "rows": []})
+        g["us"] += row.total_us * scale / ranks
+        g["calls"] += row.count
+        if row.name not in g["names"]:
+            g["names"].append(row.name)
+        g["rows"].append(row)
+    return out
+
+
+def _key_dict(key: tuple) -> dict[str, str | None]:
+    if key[0] == "op":
+        return {"op": key[1], "shapes": key[2] or None, "dtype": key[3] or None, "module": key[4] or None}
+    return {"name": key[1]}
+
+
+def _kernel_section(gb: dict, ga: dict) -> dict[str, Any]:
+    rows = []
+    for key in {**gb, **ga}:
+        b, a = gb.get(key), ga.get(key)
+        b_us, a_us = (b["us"] if b else 0.0), (a["us"] if a else 0.0)
+        rows.append({
+            "key": _key_dict(key),
+            "names_before": b["names"] if b else [],
+            "names_after": a["names"] if a else [],
+            "before_us": b_us,
+            "after_us": a_us,
+            "delta_us": a_us - b_us,
+            "calls_before": b["calls"] if b else 0,
+            "calls_after": a["calls"] if a else 0,
+            "status": "matched" if a and b else ("vanished" if b else "new"),
+        })
+    rows.sort(key=lambda r: (-abs(r["delta_us"]), r["delta_us"], str(r["key"])))
+    total_b = sum(g["us"] for g in gb.values())
+    total_a = sum(g["us"] for g in ga.values())
+    matched_b = sum(gb[k]["us"] for k in gb if k in ga)
+    return {
+        "before_us": total_b,
+        "after_us": total_a,
+        "matched_share_of_before_pct": 100.0 * matched_b / total_b if total_b else None,
+        "counts": {s: sum(r["status"] == s for r in rows) for s in ("matched", "new", "vanished")},
+        "groups": rows[:MAX_GROUPS],
+        "groups_left_out": max(0, len(rows) - MAX_GROUPS),
+    }
+
+
+# ------------------------------------------------------------------------------------ the runs
+
+
+def _world(d: Diagnosis) -> int:
+    return len(set(d.source.ranks)) or 1
+
+
+def _runs_section(before: Diagnosis, after: Diagnosis, kernels: dict) -> tuple[dict, list[str], list[str]]:
+    def side(d: Diagnosis) -> dict[str, Any]:
+        return {"device": d.device.name, "device_kind": d.device.kind, "spec_source": str(d.device.spec_source),
+                "trace_kind": str(d.source.trace_kind), "torch_version": d.source.torch_version,
+                "world_size": _world(d), "ranks": list(d.source.ranks), "steps": d.time.steps or 0}
+
+    b, a = side(before), side(after)
+    unfair, notes = [], []
+    if b["device"] != a["device"] or b["device_kind"] != a["device_kind"]:
+        unfair.append(f"other device: BEFORE ran on {b['device']}, AFTER on {a['device']}; "
+                      "the change mixes the code's and the hardware's")
+    if b["trace_kind"] != a["trace_kind"]:
+        unfair.append(f"other trace kind: BEFORE is a {b['trace_kind']} trace, AFTER a {a['trace_kind']} trace")
+    if b["world_size"] != a["world_size"]:
+        unfair.append(f"other world size: BEFORE has {b['world_size']} rank(s), AFTER {a['world_size']}; "
+                      "per-rank work and communication are not comparable")
+    elif sorted(b["ranks"]) != sorted(a["ranks"]):
+        notes.append(f"other ranks: BEFORE has ranks {b['ranks']}, AFTER {a['ranks']}; groups are matched "
+                     "across them as the mean over each run's ranks")
+    share = kernels["matched_share_of_before_pct"]
+    if share is not None and kernels["after_us"] and share < 100 * MIN_MATCHED_SHARE:
+        unfair.append(f"only {share:.0f}% of BEFORE's kernel time is in groups (op, shapes, dtype, module) "
+                      "found in AFTER: other shapes, batch size or model?")
+    if b["torch_version"] != a["torch_version"] and b["torch_version"] and a["torch_version"]:
+        notes.append(f"torch {b['torch_version']} before, {a['torch_version']} after")
+    if not (_has_steps(before) and _has_steps(after)):
+        notes.append("one of the runs has no complete profiler step: times are per analysed window")
+    elif max(before.time.steps or 0, after.time.steps or 0) <= 1:
+        notes.append("one complete step on each side: the run-to-run noise is unknown")
+    return {"before": b, "after": a}, unfair, notes
+
+
+# ------------------------------------------------------------------------------------ findings
+
+
+def _normal_title(title: str) -> str:
+    return re.sub(r"\d+(\.\d+)?", "#", title).strip().lower()
+
+
+def _predicted(f: Finding, per_step: bool) -> float:
+    if per_step and f.est_saving_per_step_us is not None:
+        return f.est_saving_per_step_us
+    return f.est_saving_us
+
+
+def _match_finding(f: Finding, after: Diagnosis) -> Finding | None:
+    same_kind = [g for g in after.findings if g.kind == f.kind]
+    for g in same_kind:
+        if _normal_title(g.title) == _normal_title(f.title):
+            return g
+    return same_kind[0] if len(same_kind) == 1 else None
+
+
+def _label(name: str) -> str:
+    return name if len(name) <= LABEL_WIDTH else name[: LABEL_WIDTH - 1] + "…"
+
+
+def _acts_on(evidence: Iterable[str], groups: dict[tuple, dict]) -> list[tuple]:
+    """The kernel groups a finding's evidence names.
+
+    A group is named by ``(op, shapes)`` in a line; by one of its kernels' labels (the name cut as
+    the findings cut it) not followed by a parenthesis, or followed by the group's own ``(op`` …;
+    or, for a chain of ops (``a → b → c``), when its module is one of the evidence's lines and its
+    op (without ``aten::``) is a link of the chain.
+    """
+    lines = list(evidence)
+    modules = {line.strip() for line in lines}
+    chain = set()
+    for line in lines:
+        if "→" in line:
+            chain.update(w.strip(" .,:;()…") for w in re.split(r"→|:", line))
+    found = []
+    for key, g in groups.items():
+        op, shapes, module = (key[1], key[2], key[4]) if key[0] == "op" else (None, None, None)
+        if op and module and module in modules and op.removeprefix("aten::") in chain:
+            found.append(key)
+            continue
+        own = (f"({op})", f"({op}, {shapes})" if shapes else f"({op})", f"({op}):") if op else ()
+        for line in lines:
+            if op and shapes and f"({op}, {shapes})" in line:
+                break
+            if any(_label_named(line, _label(name), own) for name in g["names"]):
+                break
+        else:
+            continue
+        found.append(key)
+    return found
+
+
+def _label_named(line: str, label: str, own: tuple[str, ...]) -> bool:
+    at = line.find(label)
+    while at >= 0:
+        rest = line[at + len(label):].lstrip()
+        if not rest.startswith("(") or any(rest.startswith(o) for o in own):
+            return True
+        at = line.find(label, at + 1)
+    return False
+
+
+def _finding_row(f: Finding, before: Diagnosis, after: Diagnosis, gb: dict, ga: dict,
+                 time: dict, step: dict, per_step: bool) -> dict[str, Any]:
+    predicted = _predicted(f, per_step)
+    later = _match_finding(f, after)
+    remaining = _predicted(later, per_step) if later is not None else 0.0
+    share = remaining / predicted if predicted > 0 else (1.0 if later is not None else 0.0)
+    status = ("resolved" if later is None or share < RESOLVED_BELOW
+              else "still there" if share >= STILL_THERE_FROM else "partly")
+    keys = _acts_on(f.evidence, gb)
+    kind = str(f.kind)
+    if kind in IDLE_KINDS:  # the saving is idle time, whatever kernels the evidence names
+        measured_on = "idle time"
+        realised = -time["idle"]["delta_us"]
+    elif kind == "overlap":  # hiding a collective saves its exposed part, not its time
+        measured_on = "exposed communication"
+        realised = -time["exposed_communication"]["delta_us"]
+    elif keys:
+        measured_on = f"{len(keys)} kernel group(s) named in its evidence"
+        realised = sum(gb[k]["us"] for k in keys) - sum(ga[k]["us"] for k in keys if k in ga)
+    else:
+        measured_on = "the step"
+        realised = -step["delta_us"]
+    return {
+        "kind": kind,
+        "title": f.title,
+        "status": status,
+        "predicted_us": predicted,
+        "remaining_predicted_us": remaining,
+        "after_title": later.title if later is not None else None,
+        "realised_us": realised,
+        "measured_on": measured_on,
+        "groups": [_key_dict(k) for k in keys],
+        "realised_on_step_us": -step["delta_us"],
+        "realised_over_predicted": realised / predicted if predicted > 0 else None,
+    }

@@ -1,0 +1,281 @@
+"""``bwdiag diff BEFORE AFTER``: did the fix work?
+
+Numbers are checked against the raw traces (ProfilerStep durations read with plain json) or worked
+out by hand from a finding's own evidence, never against what the diff happened to print.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import H100_BERT, REPO, raw_events, shared_trace
+
+A100_TRITON = "hta/triton_example/triton_example.json.gz"
+OUTPUTS = {"diff.json", "diff.html"}
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("COLUMNS", None)
+    return env
+
+
+def _cli(*args: str, cwd: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bwdiag", *args], capture_output=True, text=True,
+                          cwd=cwd or REPO, env=_env(), timeout=timeout)
+
+
+def _doc(folder: Path) -> dict:
+    return json.loads((folder / "diff.json").read_text())
+
+
+def _step_durations(trace: Path, cat: str) -> list[float]:
+    events = raw_events(trace)["traceEvents"]
+    return [e["dur"] for e in events if e.get("cat") == cat and str(e.get("name", "")).startswith("ProfilerStep#")]
+
+
+# ---------------------------------------------------------------------------- a run with itself
+
+
+def test_a_trace_with_itself_shows_no_change(tmp_path):
+    trace = shared_trace(H100_BERT)
+    out = tmp_path / "same"
+    result = _cli("diff", str(trace), str(trace), "-o", str(out), "--fail-if-slower", "1")
+    assert result.returncode == 0, result.stderr
+    assert {p.name for p in out.iterdir()} == OUTPUTS
+    doc = _doc(out)
+    assert doc["schema"] == "bwdiag/diff@1"
+    # The trace's one GPU ProfilerStep span (gpu_user_annotation ProfilerStep#6) is 3907.827 µs.
+    (gpu_step,) = _step_durations(trace, "gpu_user_annotation")
+    assert doc["step"]["before"]["median_us"] == pytest.approx(gpu_step)
+    assert doc["step"]["after"]["median_us"] == pytest.approx(gpu_step)
+    assert doc["step"]["delta_us"] == 0 and not doc["step"]["beyond_noise"]
+    assert doc["step"]["verdict"] == "no change"
+    assert doc["gate"] == {"fail_if_slower_pct": 1.0, "limit_us": pytest.approx(0.01 * gpu_step), "failed": False}
+    assert doc["warnings"] == []
+    groups = doc["kernels"]["groups"]
+    assert groups and all(g["status"] == "matched" and g["delta_us"] == 0 for g in groups)
+    assert doc["kernels"]["matched_share_of_before_pct"] == pytest.approx(100.0)
+    assert doc["findings"] and all(f["status"] == "still there" and f["realised_us"] == 0 for f in doc["findings"])
+    assert "No change beyond the noise" in result.stdout
+    page = (out / "diff.html").read_text()
+    assert "http://" not in page and "https://" not in page and "<script src" not in page
+    embedded = re.search(r'<script type="application/json" id="data">(.*?)</script>', page, re.S).group(1)
+    assert json.loads(embedded) == doc
+    # A second diff into the same folder needs --force.
+    again = _cli("diff", str(trace), str(trace), "-o", str(out))
+    assert again.returncode == 2 and again.stderr.count("\n") == 1 and "--force" in again.stderr
+
+
+# ------------------------------------------------------------------ one of two sleeps removed
+
+_WORKLOAD = textwrap.dedent(
+    """
+    import time, torch
+    m = torch.nn.Linear(16, 16)
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    x = torch.randn(4, 16)
+    for i in range(10):
+        m(x).square().mean().backward()
+        for _ in range({sleeps}):
+            time.sleep(0.05)
+        opt.step()
+        opt.zero_grad()
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def sleep_runs(tmp_path_factory):
+    """Two captured CPU runs: two 50 ms sleeps per step, then one."""
+    root = tmp_path_factory.mktemp("sleeps")
+    outs = {}
+    for sleeps in (2, 1):
+        script = root / f"sleep{sleeps}.py"
+        script.write_text(_WORKLOAD.format(sleeps=sleeps))
+        out = root / f"run{sleeps}"
+        result = _cli("run", "--wait", "1", "--warmup", "1", "--active", "6", "-o", str(out), str(script),
+                      cwd=root)
+        assert result.returncode == 0, result.stderr
+        outs[sleeps] = out
+    return outs
+
+
+def test_removing_one_of_two_sleeps_is_beyond_the_noise(sleep_runs, tmp_path):
+    before, after = sleep_runs[2], sleep_runs[1]
+    out = tmp_path / "d"
+    result = _cli("diff", str(before), str(after), "-o", str(out), "--fail-if-slower", "1")
+    assert result.returncode == 0, result.stderr
+    assert {p.name for p in out.iterdir()} == OUTPUTS
+    doc = _doc(out)
+    assert doc["before"]["read_from"] == doc["after"]["read_from"] == "diagnosis.json"
+    # The medians are those of the recorded ProfilerStep spans, read from the raw traces.
+    raw_b = _step_durations(before / "rank0.pt.trace.json.gz", "user_annotation")
+    raw_a = _step_durations(after / "rank0.pt.trace.json.gz", "user_annotation")
+    assert len(raw_b) == len(raw_a) == 6
+    s = doc["step"]
+    assert s["before"]["median_us"] == pytest.approx(statistics.median(raw_b))
+    assert s["after"]["median_us"] == pytest.approx(statistics.median(raw_a))
+    # Noise: half the larger range of the steps, those over 1.5x their run's median left out.
+    def spread(raw):
+        ordinary = [x for x in raw if x <= 1.5 * statistics.median(raw)]
+        return max(ordinary) - min(ordinary)
+
+    assert s["noise_us"] == pytest.approx(max(spread(raw_b), spread(raw_a)) / 2)
+    # One 50 ms sleep fewer per step: −50 ms within 10 %.
+    assert -55_000 <= s["delta_us"] <= -45_000, s
+    assert s["beyond_noise"] and s["verdict"] == "faster"
+    assert doc["gate"]["failed"] is False
+    assert doc["warnings"] == []
+    # The same two runs the other way round: slower by ~50 ms, beyond noise + 1 %: the gate fails.
+    back = _cli("diff", str(after), str(before), "-o", str(tmp_path / "back"), "--fail-if-slower", "1")
+    assert back.returncode == 1, back.stderr
+    assert _doc(tmp_path / "back")["gate"]["failed"] is True
+    assert "FAILED" in back.stdout
+
+
+# ---------------------------------------------------------------------------- unfair comparisons
+
+
+def test_other_devices_warn(tmp_path):
+    h100, a100 = shared_trace(H100_BERT), shared_trace(A100_TRITON)
+    result = _cli("diff", str(h100), str(a100), "-o", str(tmp_path / "d"))
+    assert result.returncode == 0, result.stderr
+    doc = _doc(tmp_path / "d")
+    assert doc["runs"]["before"]["device"].startswith("H100")
+    assert doc["runs"]["after"]["device"].startswith("A100")
+    assert any(w.startswith("other device: BEFORE ran on H100") for w in doc["warnings"]), doc["warnings"]
+    assert "warning: other device" in result.stdout
+
+
+# ---------------------------------------------------------------------------------- bad inputs
+
+
+def test_a_missing_side_is_one_line_and_exit_2(tmp_path):
+    trace = shared_trace(H100_BERT)
+    missing = tmp_path / "nope.json.gz"
+    for args in ((str(trace), str(missing)), (str(missing), str(trace))):
+        result = _cli("diff", *args, "-o", str(tmp_path / "d"))
+        assert result.returncode == 2
+        assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+        assert str(missing) in result.stderr and "no such file or folder" in result.stderr
+    assert not (tmp_path / "d").exists()
+
+
+def test_a_damaged_diagnosis_json_is_one_line_and_exit_2(tmp_path):
+    trace = shared_trace(H100_BERT)
+    damaged = tmp_path / "run"
+    damaged.mkdir()
+    (damaged / "diagnosis.json").write_text('{"schema": "bwdiag/diagnosis@2", "time": ')
+    result = _cli("diff", str(damaged), str(trace), "-o", str(tmp_path / "d"))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert str(damaged / "diagnosis.json") in result.stderr and "not valid JSON" in result.stderr
+    assert not (tmp_path / "d").exists()
+
+
+# ---------------------------------------------------------------- findings: predicted vs realised
+
+
+@pytest.fixture(scope="module")
+def bert():
+    from bwdiag import pipeline
+
+    return pipeline.analyze([shared_trace(H100_BERT)])
+
+
+def test_findings_resolved_and_realised_on_the_groups_they_name(bert):
+    from bwdiag.diff import compare
+
+    kinds = [str(f.kind) for f in bert.findings]
+    assert kinds[:3] == ["launch_overhead", "batching", "sync"]
+    launch, batching, sync = bert.findings[:3]
+    # AFTER: the launch finding is gone, 1000 µs of idle less (one step, so step and window shrink
+    # by the same 1000 µs), and the four latency-bound GEMM groups the batching finding names gone.
+    named = [r for r in bert.kernels if r.op and f"({r.op}, {r.shapes})" in "\n".join(batching.evidence)]
+    t = bert.time
+    after = dataclasses.replace(
+        bert,
+        findings=tuple(f for f in bert.findings if f is not launch),
+        kernels=tuple(r for r in bert.kernels if r not in named),
+        time=dataclasses.replace(t, total_us=t.total_us - 1000, step_us=t.step_us - 1000,
+                                 step_min_us=t.step_min_us - 1000, step_max_us=t.step_max_us - 1000,
+                                 step_durations_us=tuple(x - 1000 for x in t.step_durations_us),
+                                 by_bound={**t.by_bound, "idle": t.by_bound["idle"] - 1000}),
+    )
+    doc = compare(bert, after)
+    rows = {f["kind"]: f for f in doc["findings"]}
+    assert doc["step"]["delta_us"] == pytest.approx(-1000)
+    # The launch finding is gone: resolved; it acts on idle, which fell by 1000 µs per step (up to
+    # the window→step scaling: 3907.827 / 3907.825, a ppm).
+    assert rows["launch_overhead"]["status"] == "resolved"
+    assert rows["launch_overhead"]["measured_on"] == "idle time"
+    assert rows["launch_overhead"]["realised_us"] == pytest.approx(1000, abs=0.5)
+    # The batching finding's evidence: ×17 mean 5.81 µs, ×4 9.35, ×4 8.27, ×4 6.13 → 193.7 µs,
+    # the "29 latency-bound GEMM/conv/attention kernels take 194 µs" of its first line.
+    assert len(named) == 4
+    assert rows["batching"]["groups"] and len(rows["batching"]["groups"]) == 4
+    assert rows["batching"]["realised_us"] == pytest.approx(17 * 5.81 + 4 * 9.35 + 4 * 8.27 + 4 * 6.13, rel=2e-3)
+    assert rows["batching"]["status"] == "still there"  # the finding itself is still in AFTER
+    assert rows["sync"]["status"] == "still there"
+    assert rows["sync"]["realised_on_step_us"] == pytest.approx(1000)
+    assert rows["batching"]["predicted_us"] == pytest.approx(batching.est_saving_per_step_us)
+
+
+def test_groups_named_by_evidence():
+    from bwdiag.diff.compare import _acts_on
+
+    def g(*names):
+        return {"us": 1.0, "calls": 1, "names": list(names), "rows": []}
+
+    long = "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>(Params)"
+    groups = {
+        ("op", "aten::mm", "f32[8, 8], f32[8, 8]", "f32", "M.a"): g("k_small"),
+        ("op", "aten::mm", "f32[4, 4], f32[4, 4]", "f32", "M.b"): g("k_small"),
+        ("op", "aten::addmm", "bf16[512]", "bf16", "M.c"): g(long),
+        ("op", "aten::bmm", "", "", ""): g("ampere_sgemm_128x128_tn"),
+        ("op", "aten::mul", "bf16[2]", "bf16", "Net.Norm_0"): g("elementwise_kernel"),
+        ("op", "aten::mul", "bf16[2]", "bf16", "Net.Norm_1"): g("elementwise_kernel"),
+        ("name", "ncclKernel_AllReduce"): g("ncclKernel_AllReduce"),
+    }
+    keys = list(groups)
+    # (op, shapes) names the first mm group only; the label of a cut name followed by another op's
+    # (op, shapes) names nothing else.
+    assert _acts_on(["k_small (aten::mm, f32[8, 8], f32[8, 8]): ×3"], groups) == [keys[0]]
+    # A name cut at 60 characters as the findings cut it (59 + "…"), followed by its own op.
+    cut = long[:59] + "…"
+    assert _acts_on([f"{cut} (aten::addmm, bf16[512]): ×17 per step"], groups) == [keys[2]]
+    assert _acts_on([f"{cut} (aten::mm, f32[1, 1]): ×1"], groups) == []
+    assert _acts_on(["ampere_sgemm_128x128_tn (aten::bmm): 2.64 ms"], groups) == [keys[3]]
+    # A chain of ops in a module listed in the evidence: that module's mul, not the other's.
+    assert _acts_on(["a chain of 2 ops over bf16[2] (×8 per step): add → mul", "Net.Norm_0"], groups) == [keys[4]]
+    # A bare kernel name (a collective).
+    assert _acts_on(["ncclKernel_AllReduce"], groups) == [keys[6]]
+
+
+def test_world_size_and_rank_sets(bert):
+    from bwdiag.diff import compare
+
+    two = dataclasses.replace(bert, source=dataclasses.replace(bert.source, ranks=(0, 1)))
+    doc = compare(bert, two)
+    assert [w.split(":")[0] for w in doc["warnings"]] == ["other world size"]
+    assert doc["runs"]["before"]["world_size"] == 1 and doc["runs"]["after"]["world_size"] == 2
+    # Two ranks: each group is the mean over the ranks, so the same rows read half as long.
+    g = doc["kernels"]["groups"][0]
+    assert g["after_us"] == pytest.approx(g["before_us"] / 2)
+    other = dataclasses.replace(bert, source=dataclasses.replace(bert.source, ranks=(3,)))
+    doc = compare(bert, other)
+    assert doc["warnings"] == [] and any(n.startswith("other ranks: BEFORE has ranks [0], AFTER [3]")
+                                         for n in doc["notes"])
