@@ -71,9 +71,9 @@ def test_host_overhead_saves_the_short_gaps():
 
 
 def _optimizer_rank(foreach: bool = False):
-    """Optimizer.step 0–400 dispatching 20 add_ ops of 10 µs every 20 µs (10 µs gaps), then a
+    """Optimizer.step 0–395 dispatching 20 add_ ops of 10 µs every 20 µs (10 µs gaps), then a
     forward op in module ``net.fc`` 410–420."""
-    ops = [op("ProfilerStep#1", cat=ANNOT, ts=0, end=420), op("Optimizer.step#SGD.step", cat=ANNOT, ts=0, end=400)]
+    ops = [op("ProfilerStep#1", cat=ANNOT, ts=0, end=420), op("Optimizer.step#SGD.step", cat=ANNOT, ts=0, end=395)]
     acts = []
     for k in range(20):
         name = "aten::_foreach_add_" if foreach and k == 0 else "aten::add_"
@@ -139,3 +139,28 @@ def test_loader_wait_is_not_host_overhead_too():
     # The 580 µs between empty and mm lie inside __next__: the data loader's. Only 900→905 is a
     # dispatch gap: 5 µs = 0.56 % of the window.
     assert by == {"data_loader": pytest.approx(590.0), "host_bound": pytest.approx(5.0)}
+
+
+def test_gpu_host_wait_names_the_host_gaps_and_a_per_parameter_step():
+    """GPU trace: Optimizer.step 0–395 dispatching 20 add_ ops (10 µs each, 10 µs apart) with one
+    2 µs kernel each, then relu 410–420. The GPU idles between the kernels; the host-side gaps are
+    the 19 × 10 µs in the step + 20 µs before relu."""
+    ops = [op("ProfilerStep#1", cat=ANNOT, ts=0, end=420), op("Optimizer.step#SGD.step", cat=ANNOT, ts=0, end=395)]
+    acts = []
+    for k in range(20):
+        ops.append(op("aten::add_", ts=20 * k, end=20 * k + 10))
+        acts.append(kernel("vectorized_elementwise_kernel", op=len(ops) - 1, ts=20 * k + 8, dur=2,
+                           category="elementwise", bound="memory", bytes=64.0))
+    ops.append(op("aten::relu", ts=410, end=420, module="net.fc"))
+    acts.append(kernel("relu_kernel", op=len(ops) - 1, ts=418, dur=2, category="elementwise", bound="memory"))
+    a = rank(ops, acts)
+    g = host_gaps(a)
+    assert g.gap_us == pytest.approx(19 * 10 + 20) and g.where["optimizer step"] == [190.0, 19]
+    idle = {"host_wait_us": 300.0, "gaps": 20, "causes": {"sync_us": 0.0, "data_loader_us": 0.0}}
+    launch = {"kernels": 21, "short_kernels": 21, "short_kernel_us": 42.0, "cpu_launch_us": 60.0,
+              "gpu_busy_us": 42.0, "launch_bound": True, "mean_queue_length": 0.1}
+    (r,) = run_rules(context([a], total_us=412, extras={"idle": idle, "launch": launch}))
+    # The saving stays the device idle the host wait causes (300 µs); the host gaps explain it.
+    assert r.kind == "launch_overhead" and r.est_saving_us == pytest.approx(300.0)
+    assert "210 µs of short gaps" in r.finding.evidence[-1] and "optimizer step 190 µs" in r.finding.evidence[-1]
+    assert "torch.optim.SGD(params, lr=lr, foreach=True)" in r.finding.fix and "20 per-parameter ops" in r.finding.fix

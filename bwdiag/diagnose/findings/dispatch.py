@@ -15,15 +15,13 @@ from bwdiag.diagnose.compiled import COMPILED_KIND
 from bwdiag.diagnose.findings.base import RuleContext, RuleResult
 from bwdiag.diagnose.findings.helpers import (
     DISPATCH_GAP_US,
+    PER_PARAMETER_OPS,
     TINY_OP_US,
     fmt_time,
     host_gaps,
     optimizer_batched,
 )
 from bwdiag.diagnose.model import FindingKind
-
-#: An optimizer step dispatching at least this many top-level ops runs a loop over its parameters.
-PER_PARAMETER_OPS = 16
 
 #: Gaps between ops that are not tiny are reported only from this share of the window (%): between
 #: long ops the interpreter's time is small beside the work, and a compiled step saves little.

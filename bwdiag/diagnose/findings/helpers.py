@@ -267,7 +267,8 @@ _PROFILER_STEP = re.compile(r"^ProfilerStep#")
 class HostGaps:
     """Time on a rank's main thread, inside its window, when no op is doing work (µs).
 
-    The work is the rank's activities (leaf CPU ops); a gap is the time between two consecutive
+    The work is the rank's activities (leaf CPU ops) on a CPU trace, its top-level ops on a GPU
+    trace (the host's side: the ops that launch the kernels); a gap is the time between two consecutive
     runs of them. ``gap_us`` counts the gaps shorter than ``DISPATCH_GAP_US`` outside DataLoader
     spans: Python and dispatch time from one op to the next — ``between_us`` of it between top-level
     ops (the interpreter), the rest inside them (autograd nodes, wrappers such as ``aten::linear``
@@ -337,11 +338,15 @@ def host_gaps(a) -> HostGaps | None:
     top = np.flatnonzero(cpu & on & inside & (op_column(ops, "parent") == -1))
     top = top[np.argsort(ts[top], kind="stable")]
     act_op = acts["op"].to_numpy()
-    mine = np.flatnonzero((act_op >= 0) & (tids[np.maximum(act_op, 0)] == tid))
-    if not len(top) or not len(mine):
+    host_work = acts["kind"].isin(("cpu_op", "compiled")).to_numpy()
+    mine = np.flatnonzero(host_work & (act_op >= 0) & (tids[np.maximum(act_op, 0)] == tid))
+    if not len(top):
         return None
-    mine = mine[np.argsort(acts["ts"].to_numpy(float)[mine], kind="stable")]
-    _, ws, we = _runs(acts["ts"].to_numpy(float)[mine], acts["end"].to_numpy(float)[mine])
+    if len(mine):  # a CPU trace: the work is the leaf ops
+        mine = mine[np.argsort(acts["ts"].to_numpy(float)[mine], kind="stable")]
+        _, ws, we = _runs(acts["ts"].to_numpy(float)[mine], acts["end"].to_numpy(float)[mine])
+    else:  # a GPU trace: the host's work is its top-level ops (they launch the kernels)
+        _, ws, we = _runs(np.clip(ts[top], start, stop), np.clip(end[top], start, stop))
     gap_s, gap_e = we[:-1], ws[1:]
 
     loader = np.flatnonzero((cpu | annot) & on & inside & np.array([bool(_DATA_LOADER.search(n)) for n in names]))
@@ -416,3 +421,35 @@ def optimizer_batched(a) -> bool:
         if names.astype(str).str.contains(OPTIMIZER_BATCHED).any():
             return True
     return False
+
+
+def host_gap_lines(ctx: RuleContext) -> tuple[list[str], str | None]:
+    """GPU rules on host wait: an evidence line naming where the main thread's gaps between
+    top-level ops sit, and the optimizer line of the fix when a per-parameter step (no foreach /
+    fused ops) holds a tenth of them (None otherwise)."""
+    found = [g for a in ctx.analyses if (g := host_gaps(a)) is not None and g.gaps]
+    if not found:
+        return [], None
+    n = ctx.ranks
+    where: dict[str, float] = {}
+    for g in found:
+        for label, (us, _) in g.where.items():
+            where[label] = where.get(label, 0.0) + us / n
+    total = sum(where.values())
+    ops = sum(g.ops for g in found) / n
+    line = (f"on the host, {ops:,.0f} top-level ops leave {fmt_time(total)} of short gaps between them on the main "
+            "thread: " + ", ".join(f"{k} {fmt_time(v)}" for k, v in sorted(where.items(), key=lambda kv: -kv[1])[:4]))
+    optim = next((g.optimizer for g in found if g.optimizer), None)
+    per = sum(g.optimizer_ops for g in found) / n
+    steps = sum(g.optimizer_steps for g in found) / n
+    opt_us = where.get("optimizer step", 0.0)
+    advice = None
+    if (optim and total > 0 and opt_us >= 0.1 * total and per >= PER_PARAMETER_OPS * steps
+            and not any(optimizer_batched(a) for a in ctx.analyses)):
+        advice = (f"optimizer = torch.optim.{optim}(params, lr=lr, foreach=True)  # or fused=True: the step "
+                  f"dispatches {per:,.0f} per-parameter ops ({fmt_time(opt_us)} of host gaps)")
+    return [line], advice
+
+
+#: An optimizer step dispatching at least this many top-level ops per step runs a loop over its parameters.
+PER_PARAMETER_OPS = 16

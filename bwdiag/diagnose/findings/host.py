@@ -9,6 +9,7 @@ from bwdiag.diagnose.findings.base import RuleContext, RuleResult
 from bwdiag.diagnose.findings.helpers import (
     fmt_bytes,
     fmt_time,
+    host_gap_lines,
     host_gaps,
     looks_launch_bound,
     short_list,
@@ -104,8 +105,11 @@ def host_bound(ctx: RuleContext) -> list[RuleResult]:
         f"syncs and the data loader explain {fmt_time(host - saving)}",
         f"the rest, {ctx.per_step(saving)}, is Python / framework time between kernels",
     ]
+    lines, optimizer = host_gap_lines(ctx)
+    evidence += lines
     fix = ("model = torch.compile(model)  # removes Python overhead between kernels\n"
-           "# and profile the host side: python -m cProfile -o step.prof train.py / py-spy record -- python train.py")
+           + (optimizer + "\n" if optimizer else "")
+           + "# and profile the host side: python -m cProfile -o step.prof train.py / py-spy record -- python train.py")
     return [ctx.finding(FindingKind.HOST_BOUND, "The GPU waits on Python between kernels", saving, evidence, fix,
                         idle_us=saving)]
 
