@@ -390,7 +390,7 @@ def host_gaps(a) -> HostGaps | None:
             label = "backward"
         else:
             m = modules[holder[g]]
-            label = (_generic_module(m) if isinstance(m, str) and m
+            label = (generic_module(m) if isinstance(m, str) and m
                      else "outside any module" if recorded else "forward (no modules recorded)")
         slot = where.setdefault(label, [0.0, 0])
         slot[0] += float(rest[g])
@@ -406,7 +406,7 @@ def host_gaps(a) -> HostGaps | None:
         int(within(steps, ts_top).sum()) if len(steps) else 0, int(len(steps)), kinds[0] if kinds else None)
 
 
-def _generic_module(path: str) -> str:
+def generic_module(path: str) -> str:
     """``blocks.*.attn`` for ``blocks.3.attn`` (the gaps of every layer count together)."""
     return re.sub(r"(?<=[._])\d+(?=$|\.)", "*", path)
 
@@ -453,3 +453,25 @@ def host_gap_lines(ctx: RuleContext) -> tuple[list[str], str | None]:
 
 #: An optimizer step dispatching at least this many top-level ops per step runs a loop over its parameters.
 PER_PARAMETER_OPS = 16
+
+
+def in_optimizer_step(a) -> np.ndarray:
+    """Per activity of rank analysis ``a``: whether its op runs inside an ``Optimizer.step#…`` range
+    on the same thread (ranges are user annotations, not parents of the ops in them)."""
+    ops, acts = a.trace.ops, a.activities
+    out = np.zeros(len(acts), dtype=bool)
+    if ops.empty or acts.empty:
+        return out
+    names = pd.Series(op_column(ops, "name"), dtype=object).astype(str)
+    steps = np.flatnonzero(names.str.match(_OPT_STEP.pattern).to_numpy())
+    if not len(steps):
+        return out
+    ts, end, tid = op_column(ops, "ts"), op_column(ops, "end"), op_column(ops, "tid")
+    op_idx = acts["op"].to_numpy()
+    valid = op_idx >= 0
+    idx = op_idx[valid].astype(int)
+    hit = np.zeros(len(idx), dtype=bool)
+    for r in steps:
+        hit |= (ts[idx] >= ts[r]) & (ts[idx] <= end[r]) & (tid[idx] == tid[r])
+    out[valid] = hit
+    return out
