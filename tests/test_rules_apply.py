@@ -145,3 +145,36 @@ def test_backward_chain_without_module_compiles_the_model_and_says_why():
         kernel("gemm", op=0, ts=200, dur=1, category="gemm", bound="compute", module="model.fc"))
     fix = _fix(fusion.fusion(context([a], total_us=300)))
     assert fix.startswith("model = torch.compile(model)") and "backward pass" in fix
+
+
+# -- labels that match what is counted (Build 3) ---------------------------------------------------
+
+
+def test_title_names_every_module_the_pattern_counted():
+    from bwdiag.diagnose.findings.fusion import _pattern_name
+
+    # ln1 of two blocks, ln2 of one, ln_f: four runs of the same op sequence, three module patterns.
+    mods = ["TinyGPT.blocks.0.ln1", "TinyGPT.blocks.1.ln1", "TinyGPT.blocks.0.ln2", "TinyGPT.ln_f"]
+    assert _pattern_name(mods) == "TinyGPT.{blocks.*.ln1, blocks.*.ln2, ln_f}"
+    assert _pattern_name(["m.blocks.0.ln1", "m.blocks.3.ln1"]) == "m.blocks.*.ln1"
+    assert _pattern_name(["m.a", "m.b", "m.c", "m.d", "m.a"]) == "m.{a, b, c, … +1 more}"
+    assert _pattern_name(["x.a", "y.b"]) == "{x.a, y.b}"
+    assert _pattern_name([None, "m.fc"]) == "m.fc"
+
+
+def test_fusion_title_over_two_module_patterns():
+    """The same add → relu chain in model.blocks.0.mlp and in model.head, a GEMM between them
+    ending the first run: one pattern, two runs, and the title names both modules."""
+    ops, acts = [], []
+    for t0, module in ((0, "model.blocks.0.mlp"), (100, "model.head")):
+        for k, (name, b) in enumerate((("aten::add", 12), ("aten::relu", 8))):
+            dims, types = ([N, N], [F32, F32]) if b == 12 else ([N], [F32])
+            ops.append(op(name, dims=dims, types=types, ts=t0 + 12 * k, module=module))
+            acts.append(kernel(f"{name}_kernel", op=len(ops) - 1, ts=t0 + 12 * k, dur=b, category="elementwise",
+                               bound="memory", bytes=b * MiB, module=module))
+        ops.append(op("aten::mm", dims=[[64, 64], [64, 64]], types=[F32, F32], ts=t0 + 30))
+        acts.append(kernel("gemm", op=len(ops) - 1, ts=t0 + 30, dur=5, category="gemm", bound="compute"))
+    (r,) = fusion.fusion(context([rank(ops, acts)], total_us=200))
+    # each run: 4 MiB intermediate written and read back, 20 MiB in 20 µs → 8 µs; two runs: 16 µs
+    assert r.est_saving_us == pytest.approx(16.0)
+    assert "Fuse 2 ops in model.{blocks.*.mlp, head}" in r.title

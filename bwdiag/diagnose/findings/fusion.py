@@ -12,8 +12,11 @@ from collections import Counter, defaultdict
 
 from bwdiag.diagnose.findings.base import RuleContext, RuleResult
 from bwdiag.diagnose.findings.chains import fusable_runs
-from bwdiag.diagnose.findings.helpers import fmt_bandwidth, fmt_bytes, fmt_time, in_optimizer_step, op_chain
+from bwdiag.diagnose.findings.helpers import fmt_bandwidth, fmt_bytes, fmt_time, generic_module, in_optimizer_step, op_chain
 from bwdiag.diagnose.model import FindingKind
+
+#: Module patterns a title names before counting the rest.
+MAX_NAMED_MODULES = 3
 
 #: Most fusion findings reported (the largest patterns); the rest are summed into the last line.
 MAX_PATTERNS = 5
@@ -120,14 +123,26 @@ def _sequence(names: tuple) -> str:
 
 
 def _pattern_name(modules: list[str | None]) -> str | None:
-    """``Qwen2Model_0.Qwen2DecoderLayer_*.Qwen2RMSNorm_*`` for the modules of a repeated pattern."""
+    """The modules of a repeated pattern, naming every one that was counted:
+    ``Qwen2Model_0.Qwen2DecoderLayer_*.Qwen2RMSNorm_*`` when every layer's norm ran it,
+    ``TinyGPT.{blocks.*.ln1, blocks.*.ln2, ln_f}`` when different modules did (most runs first)."""
     known = [m for m in modules if m]
     if not known:
         return None
     if len(set(known)) == 1:
         return known[0]
-    generic = Counter(re.sub(r"(?<=[._])\d+(?=$|\.)", "*", m) for m in known)
-    return generic.most_common(1)[0][0]
+    generic = [p for p, _ in Counter(generic_module(m) for m in known).most_common()]
+    if len(generic) == 1:
+        return generic[0]
+    parts = [g.split(".") for g in generic]
+    common = 0
+    while all(len(p) > common + 1 for p in parts) and len({p[common] for p in parts}) == 1:
+        common += 1
+    rest = [".".join(p[common:]) for p in parts]
+    shown = ", ".join(rest[:MAX_NAMED_MODULES]) + (f", … +{len(rest) - MAX_NAMED_MODULES} more"
+                                                    if len(rest) > MAX_NAMED_MODULES else "")
+    prefix = ".".join(parts[0][:common])
+    return f"{prefix}.{{{shown}}}" if prefix else f"{{{shown}}}"
 
 
 def _largest_shape(sub) -> str:
