@@ -81,6 +81,7 @@ class IdleFacts:
     sync_us: float  # host-wait explained by synchronisation
     data_loader_us: float  # host-wait inside DataLoader __next__
     top_syncs: tuple[SyncSite, ...] = ()
+    sync_in_data_loader_us: float = 0.0  # the part of sync_us inside DataLoader __next__ (both see it)
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,8 @@ def _idle_facts(idle: Any) -> IdleFacts | None:
     tops = tuple(SyncSite(s.get("name"), s.get("count"), float(s.get("total_us") or 0))
                  for s in idle.get("top_syncs") or [])
     return IdleFacts(float(idle.get("host_wait_us") or 0.0), idle.get("gaps") or 0,
-                     float(causes.get("sync_us") or 0.0), float(causes.get("data_loader_us") or 0.0), tops)
+                     float(causes.get("sync_us") or 0.0), float(causes.get("data_loader_us") or 0.0), tops,
+                     float(causes.get("sync_in_data_loader_us") or 0.0))
 
 
 def _launch_facts(launch: Any) -> LaunchFacts | None:

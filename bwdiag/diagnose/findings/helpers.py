@@ -238,7 +238,7 @@ def unexplained_host_wait(ctx: RuleContext) -> float:
     idle = ctx.idle
     if idle is None:
         return 0.0
-    return max(0.0, idle.host_wait_us - (idle.sync_us + idle.data_loader_us))
+    return max(0.0, idle.host_wait_us - (idle.sync_us - idle.sync_in_data_loader_us + idle.data_loader_us))
 
 
 def looks_launch_bound(ctx: RuleContext) -> bool:

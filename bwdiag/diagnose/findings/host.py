@@ -23,10 +23,16 @@ def sync_points(ctx: RuleContext) -> list[RuleResult]:
     idle = ctx.idle
     if ctx.is_cpu or idle is None:
         return []
-    saving = idle.sync_us
+    # Syncs inside DataLoader __next__ are the data loader's (one cause, one finding): the
+    # data-loader finding reports that wait and says which syncs it holds.
+    inside = min(idle.sync_in_data_loader_us, idle.sync_us)
+    saving = idle.sync_us - inside
     if not ctx.worth_reporting(saving):
         return []
     evidence = [f"the GPU idles {fmt_time(saving)} while the host waits on synchronisation → {ctx.per_step(saving)}"]
+    if inside > 0:
+        evidence.append(f"another {fmt_time(inside)} of sync wait lies inside DataLoader __next__: counted once, "
+                        f"in the data-loader finding")
     evidence += [f"{s.name}: {s.count}× {fmt_time(s.total_us)}" for s in idle.top_syncs[:4]]
     fix = ("# keep values on the GPU: log every N steps, not every step\n"
            "if step % 100 == 0:\n    print(loss.item())\n"
@@ -47,6 +53,10 @@ def data_loader(ctx: RuleContext) -> list[RuleResult]:
     if not ctx.worth_reporting(saving):
         return []
     evidence = [f"the device idles {fmt_time(saving)} inside DataLoader __next__ → {ctx.per_step(saving)}"]
+    if idle.sync_in_data_loader_us > 0:
+        evidence.append(f"{fmt_time(idle.sync_in_data_loader_us)} of it the host spends in synchronising calls inside "
+                        f"__next__ (pageable host-to-device copies, .item() in a collate): pin_memory=True and "
+                        f".to(device, non_blocking=True) make them asynchronous (not counted again as sync points)")
     fix = ("loader = torch.utils.data.DataLoader(dataset, batch_size=bs, num_workers=8, pin_memory=True,\n"
            "                                     persistent_workers=True, prefetch_factor=4)")
     return [ctx.finding(FindingKind.DATA_LOADER, "Feed the GPU faster: DataLoader workers and pinned memory",
