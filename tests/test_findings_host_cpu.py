@@ -61,6 +61,31 @@ SLOW_LOADER = textwrap.dedent(
 )
 
 
+ALREADY_FUSED = textwrap.dedent(
+    """
+    import torch, torch.nn as nn, torch.nn.functional as F
+
+    class Block(nn.Module):
+        def __init__(self, d=64, h=4):
+            super().__init__()
+            self.ln, self.qkv, self.o, self.h = nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Linear(d, d), h
+        def forward(self, x):
+            b, l, d = x.shape
+            q, k, v = self.qkv(self.ln(x)).view(b, l, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return x + self.o(y.transpose(1, 2).reshape(b, l, d))
+
+    model = nn.Sequential(Block(), Block())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    x = torch.randn(8, 128, 64)
+    for _ in range(6):
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+    """
+)
+
+
 def _capture(tmp_path: Path, name: str, source: str) -> Path:
     script = tmp_path / f"{name}.py"
     script.write_text(source)
@@ -77,7 +102,8 @@ def _capture(tmp_path: Path, name: str, source: str) -> Path:
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("host_cpu")
-    return {"tiny": _capture(tmp, "tiny", TINY), "loader": _capture(tmp, "loader", SLOW_LOADER)}
+    return {"tiny": _capture(tmp, "tiny", TINY), "loader": _capture(tmp, "loader", SLOW_LOADER),
+            "fused": _capture(tmp, "fused", ALREADY_FUSED)}
 
 
 def _cpu_ops(path: Path) -> list[dict]:
@@ -136,3 +162,16 @@ def test_slow_dataset_gets_a_data_loader_finding(traces):
     assert "_MultiProcessingDataLoaderIter" in f.evidence[0]
     assert "num_workers" in f.fix and "persistent_workers=True" in f.fix
     assert "pin_memory" not in f.fix  # a CPU step has no host-to-device copy to pin for
+
+
+def test_no_advice_the_model_already_follows(traces):
+    """nn.LayerNorm, F.scaled_dot_product_attention and AdamW(foreach=True): none of "use fused
+    attention", "a fused norm instead of a hand-written mean/var chain", "runs per parameter"."""
+    d, analyses = analysed(traces["fused"])
+    names = set(analyses[0].trace.ops["name"])
+    assert {"aten::layer_norm", "aten::scaled_dot_product_attention"} <= names  # what the model runs
+    assert any(n.startswith("aten::_foreach_") for n in names)
+    text = " ".join(f.title + " " + f.fix for f in d.findings)
+    assert "Use fused attention" not in text and "attn_implementation" not in text
+    assert "hand-written mean/var" not in text
+    assert "per-parameter" not in text and "fused AdamW step" not in text

@@ -178,3 +178,44 @@ def test_fusion_title_over_two_module_patterns():
     # each run: 4 MiB intermediate written and read back, 20 MiB in 20 µs → 8 µs; two runs: 16 µs
     assert r.est_saving_us == pytest.approx(16.0)
     assert "Fuse 2 ops in model.{blocks.*.mlp, head}" in r.title
+
+
+def test_foreach_adamw_does_not_run_per_parameter():
+    """AdamW(foreach=True): the step's kernels are multi_tensor_apply over tensor lists — no
+    "runs per parameter" finding, and no foreach advice from the host-overhead rule either."""
+    from bwdiag.diagnose.findings import optimizer
+
+    p = [1 << 18]
+    ops = [op("Optimizer.step#AdamW.step", cat="user_annotation", ts=0, end=100)]
+    acts = []
+    for k, name in enumerate(("aten::_foreach_lerp_", "aten::_foreach_mul_", "aten::_foreach_addcmul_",
+                              "aten::_foreach_addcdiv_")):
+        ops.append(op(name, dims=[p, p], types=[F32, F32], ts=10 * k + 1, end=10 * k + 2))
+        acts.append(kernel("void at::native::multi_tensor_apply_kernel<...>", op=len(ops) - 1, ts=10 * k + 5, dur=4,
+                           category="elementwise", bound="memory", bytes=4 * MiB))
+    assert optimizer.per_parameter_optimizer(context([rank(ops, acts)], total_us=1000)) == []
+
+
+def test_foreach_adamw_on_cpu_loops_inside_the_foreach_op_and_is_not_per_parameter():
+    """On a CPU, _foreach_addcdiv_ runs aten::addcdiv_ per tensor as its children: those children
+    are the activities, but the step is foreach, not a Python loop over parameters."""
+    from bwdiag.diagnose.findings import optimizer
+
+    p = [1 << 18]
+    names = ("lerp_", "mul_", "addcmul_", "addcdiv_")
+    ops = [op("Optimizer.step#AdamW.step", cat="user_annotation", ts=0, end=100)]
+    acts = []
+    for k, name in enumerate(names):
+        ops.append(op(f"aten::_foreach_{name}", ts=20 * k, end=20 * k + 10))
+        ops.append(op(f"aten::{name}", dims=[p, p, p, []], types=[F32, F32, F32, "Scalar"], ts=20 * k + 1,
+                      end=20 * k + 9, parent=len(ops) - 1))
+        acts.append(kernel(f"aten::{name}", op=len(ops) - 1, ts=20 * k + 1, dur=8, kind="cpu_op",
+                           category="elementwise", bound="memory", bytes=4 * MiB))
+    ctx = context([rank(ops, acts)], total_us=100, trace_kind="cpu")
+    assert optimizer.per_parameter_optimizer(ctx) == []
+    # without the foreach parents the same children are a per-parameter loop: 16 MiB in 32 µs,
+    # a fused step moves 7 × 1 MiB → (16 − 7) MiB ÷ 0.5 MiB/µs = 18 µs
+    for k in range(len(names)):
+        ops[1 + 2 * k]["name"] = "aten::linear"  # any wrapper that is not foreach
+    (r,) = optimizer.per_parameter_optimizer(context([rank(ops, acts)], total_us=100, trace_kind="cpu"))
+    assert r.est_saving_us == pytest.approx(18.0)
