@@ -43,7 +43,10 @@ def host_overhead(ctx: RuleContext) -> list[RuleResult]:
     ops = sum(g.ops for _, g in found) / n
     tiny = sum(g.tiny_ops for _, g in found) / n
     is_tiny = tiny >= ops / 2
-    if not ctx.worth_reporting(saving) or (not is_tiny and ctx.pct(saving) < LARGE_OPS_MIN_PCT):
+    compiled = any((a.activities["kind"] == COMPILED_KIND).any() for a in ctx.analyses)
+    # Between long ops, or between torch.compile'd regions (whose small top-level ops are Dynamo's
+    # wrappers, not the user's), the gaps are the outer Python loop: advice only when they are large.
+    if not ctx.worth_reporting(saving) or ((compiled or not is_tiny) and ctx.pct(saving) < LARGE_OPS_MIN_PCT):
         return []
     gaps = sum(g.gaps for _, g in found) / n
     work_us = sum(g.work_us for _, g in found) / n
@@ -69,18 +72,19 @@ def host_overhead(ctx: RuleContext) -> list[RuleResult]:
         long_n = sum(g.long_gaps for _, g in found) / n
         evidence.append(f"another {fmt_time(long_us)} in {long_n:,.0f} gaps over {fmt_time(DISPATCH_GAP_US)} is "
                         f"other host work or the thread descheduled (not counted: py-spy / cProfile shows which)")
-    fix = _fix(ctx, found, where, is_tiny)
-    title = (f"Cut the Python and dispatch time between {ops:,.0f} tiny ops" if is_tiny
+    fix = _fix(ctx, found, where, is_tiny and not compiled, compiled)
+    title = ("The CPU runs Python between the compiled regions" if compiled
+             else f"Cut the Python and dispatch time between {ops:,.0f} tiny ops" if is_tiny
              else "The CPU runs Python between ops")
     return [ctx.finding(FindingKind.HOST_BOUND, title, saving, evidence, fix, idle_us=saving)]
 
 
-def _fix(ctx: RuleContext, found, where: dict, is_tiny: bool) -> str:
+def _fix(ctx: RuleContext, found, where: dict, is_tiny: bool, compiled: bool) -> str:
     total = sum(us for us, _ in where.values()) or 1.0
     in_model = sum(us for label, (us, _) in where.items() if label not in _NOT_MODULES)
     opt_us = where.get("optimizer step", [0.0, 0])[0]
     lines = []
-    if any((a.activities["kind"] == COMPILED_KIND).any() for a in ctx.analyses):
+    if compiled:
         lines.append("# the step already runs torch.compile'd regions: the gaps are between them — find the graph "
                      "breaks (TORCH_LOGS=graph_breaks) and compile\n# the rest of the step too (loss, optimizer: "
                      "torch.compile(opt.step))")
