@@ -1,7 +1,8 @@
 """Helpers the findings rules share: op-table lookups, byte counts, kernel groups, evidence text.
 
 Every helper a second rule needs lives here, so that no rule module imports another. Nothing here
-reads ``diagnosis.extras``: timeline facts come through :class:`~bwdiag.diagnose.findings.base.RuleContext`.
+reads ``diagnosis.extras``: timeline facts come through :class:`~bwdiag.diagnose.findings.base.RuleContext`
+(the ``ctx`` argument below; not imported here, since base imports this module).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -17,9 +18,6 @@ import pandas as pd
 from bwdiag.costs.dtypes import dtype_bytes
 from bwdiag.diagnose.idle import DATA_LOADER as _DATA_LOADER
 from bwdiag.diagnose.timeline import covered_within, merged_runs
-
-if TYPE_CHECKING:
-    from bwdiag.diagnose.findings.base import RuleContext
 
 #: Evidence lines listing modules/kernels stop after this many (the rest are counted).
 MAX_EVIDENCE_ITEMS = 5
@@ -196,7 +194,7 @@ MATRIX = ("gemm", "conv")
 WEIGHT_ARG = {"aten::mm": 1, "aten::addmm": 2, "aten::linear": 1, "aten::matmul": 1}
 
 
-def groups_of(ctx: RuleContext):
+def groups_of(ctx):
     """(rank position, analysis, groups) for every rank with placed groups."""
     for pos, a in enumerate(ctx.analyses):
         if len(a.groups) and "category" in a.groups.columns:
@@ -232,7 +230,7 @@ def weight_bytes(a, g) -> float | None:
 # -- host wait (the host-bound and launch-overhead rules) -------------------------------------------
 
 
-def unexplained_host_wait(ctx: RuleContext) -> float:
+def unexplained_host_wait(ctx) -> float:
     """Host-wait idle (µs) that no sync or data-loader wait accounts for: the GPU waiting for
     Python / the framework to launch the next kernel. (Pageable copies are device time, not idle.)"""
     idle = ctx.idle
@@ -241,7 +239,7 @@ def unexplained_host_wait(ctx: RuleContext) -> float:
     return max(0.0, idle.host_wait_us - (idle.sync_us - idle.sync_in_data_loader_us + idle.data_loader_us))
 
 
-def looks_launch_bound(ctx: RuleContext) -> bool:
+def looks_launch_bound(ctx) -> bool:
     """Most kernels are tiny (or the timeline says launch-bound): the wait is per-launch overhead.
     The launch-overhead rule reports such a wait, the host-bound rule every other."""
     launch = ctx.launch
@@ -423,7 +421,7 @@ def optimizer_batched(a) -> bool:
     return False
 
 
-def host_gap_lines(ctx: RuleContext) -> tuple[list[str], str | None]:
+def host_gap_lines(ctx) -> tuple[list[str], str | None]:
     """GPU rules on host wait: an evidence line naming where the main thread's gaps between
     top-level ops sit, and the optimizer line of the fix when a per-parameter step (no foreach /
     fused ops) holds a tenth of them (None otherwise)."""
