@@ -44,11 +44,14 @@ A100 = {"peak_flops": {"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12, "fp16": 
 
 
 def op(name: str, *, dims: list | None = None, types: list | None = None, strides: list | None = None,
-       parent: int = -1, ts: float = 0.0, end: float | None = None, tid: int = 1) -> dict:
-    """One CPU op (a row of ``trace.ops``); ``parent`` is the index of the enclosing op."""
+       parent: int = -1, ts: float = 0.0, end: float | None = None, tid: int = 1, cat: str = "cpu_op",
+       module: str | None = None) -> dict:
+    """One CPU op (a row of ``trace.ops``); ``parent`` is the index of the enclosing op; ``cat``
+    ``"user_annotation"`` for a range such as ``ProfilerStep#1`` or ``Optimizer.step#SGD.step``
+    (ranges are no op's parent); ``module`` the path of the nn.Module forward it runs in."""
     return {"name": name, "parent": parent, "dims": dims if dims is not None else [], "types": types or [],
             "strides": strides if strides is not None else [], "ts": float(ts),
-            "end": float(ts if end is None else end), "tid": tid}
+            "end": float(ts if end is None else end), "tid": tid, "cat": cat, "module": module}
 
 
 def kernel(name: str, *, ts: float, dur: float, category: str, bound: str, op: int = -1, bytes: float = np.nan,
@@ -64,7 +67,8 @@ def kernel(name: str, *, ts: float, dur: float, category: str, bound: str, op: i
 def rank(ops: list[dict], acts: list[dict], placement: dict[str, dict] | None = None) -> RankAnalysis:
     """A rank from hand-written ops and activities. ``placement``: kernel name -> roofline columns
     of its group (``pct_of_ceiling``, ``best_time_s``)."""
-    ops_df = pd.DataFrame(ops, columns=["name", "parent", "dims", "types", "strides", "ts", "end", "tid"])
+    ops_df = pd.DataFrame(ops, columns=["name", "parent", "dims", "types", "strides", "ts", "end", "tid", "cat",
+                                        "module"])
     ops_df["sig"] = np.arange(len(ops_df))  # every op its own argument signature
     names = ops_df["name"].to_numpy(dtype=object)
     rows = []

@@ -10,11 +10,12 @@ from bwdiag.pipeline import analyze
 from tests.conftest import H100_QWEN, SAMPLE_TRACES, shared_trace
 
 
-def test_decode_attention_reading_the_cache_gets_an_8bit_kv_cache_finding():
+def test_no_8bit_kv_cache_on_cpu_eager_decode():
+    """Issue 13: on CPU eager there is no attention kernel that reads an 8-bit cache; quantizing it
+    and dequantizing before attention made the decode loop 1.6× slower. The decode groups are there
+    (memory-bound SDPA over the cache: what the rule would act on) — the advice is not."""
     d = analyze([SAMPLE_TRACES / "decode_kv_cache_cpu"])
-    kv = [f for f in d.findings if f.title.startswith("Store the KV cache in 8 bits")]
-    assert len(kv) == 1 and kv[0].kind == "quantization"
-    expected = 0.0
+    assert d.source.trace_kind == "cpu"
     groups = [k for k in d.kernels if k.op == "aten::scaled_dot_product_attention" and k.bound == "memory"]
     assert len(groups) == 3
     for g in groups:
@@ -22,10 +23,7 @@ def test_decode_attention_reading_the_cache_gets_an_8bit_kv_cache_finding():
         length = int(re.search(r"f32\[4, 4, (\d+), 32\]", g.shapes.split("], ", 1)[1]).group(1))
         kv_bytes, other = 2 * 4 * 4 * length * 32 * 4, 2 * 4 * 4 * 1 * 32 * 4
         assert g.bytes == pytest.approx(g.count * (kv_bytes + other))
-        # an 8-bit cache reads a quarter of the fp32 K+V, at today's achieved bandwidth
-        expected += g.total_us * (kv_bytes * 3 / 4) / (kv_bytes + other)
-    assert kv[0].est_saving_us == pytest.approx(expected)
-    assert "kv_cache_dtype" in kv[0].fix and "quantized" in kv[0].fix
+    assert not [f for f in d.findings if "KV cache" in f.title]
 
 
 def test_prefill_attention_is_not_decode():

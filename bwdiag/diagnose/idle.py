@@ -6,6 +6,7 @@ after the device went idle (the CPU was late), *kernel wait* when it is shorter 
 ``KERNEL_WAIT_US`` (back-to-back launch overhead), and *other* otherwise (e.g. waiting on an event).
 Causes seen on the host are then measured inside the host-wait gaps: synchronisations that ended in
 the gap, data-loader spans overlapping it; pageable host-to-device copies are counted on their own.
+``sync_in_data_loader_us`` is the part of ``sync_us`` inside data-loader spans (both causes see it).
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ def idle_breakdown(trace: RankTrace, acts: pd.DataFrame) -> IdleBreakdown:
 
     sync_us = data_loader_us = 0.0
     top_syncs: tuple[SyncSite, ...] = ()
+    ops = trace.ops
+    loader = ops[name_matches(ops["name"], DATA_LOADER)]
+    runs = merged_runs(loader["ts"].to_numpy(float), loader["end"].to_numpy(float)) if len(loader) else None
+    sync_in_loader = 0.0
     rt = trace.tables.runtime
     syncs = rt[name_matches(rt["name"], SYNC_CALLS)]
     if len(syncs) and host_wait.any():
@@ -63,19 +68,20 @@ def idle_breakdown(trace: RankTrace, acts: pd.DataFrame) -> IdleBreakdown:
         k = np.searchsorted(sync_end, hs, side="left")
         ended_inside = (k < len(sync_end)) & (sync_end[np.minimum(k, len(sync_end) - 1)] <= he)
         sync_us = float((he - hs)[ended_inside].sum())
+        if runs is not None and ended_inside.any():
+            # The same wait seen from both sides: syncs the DataLoader's __next__ made (pageable
+            # copies, .item() in a collate). One cause: the data-loader finding reports it.
+            sync_in_loader = float(covered_within(hs[ended_inside], he[ended_inside], runs).sum())
     if len(syncs):
         top = syncs.groupby("name")["dur"].agg(["count", "sum"]).sort_values("sum", ascending=False).head(5)
         top_syncs = tuple(SyncSite(n, int(r["count"]), float(r["sum"])) for n, r in top.iterrows())
 
-    ops = trace.ops
-    loader = ops[name_matches(ops["name"], DATA_LOADER)]
-    if len(loader) and len(gap):
-        runs = merged_runs(loader["ts"].to_numpy(float), loader["end"].to_numpy(float))
+    if runs is not None and len(gap):
         data_loader_us = float(covered_within(gap_s, gap_e, runs).sum())
 
     pageable = gpu[(gpu["kind"] == "memcpy") & gpu["name"].str.contains("Pageable", na=False)]
     return IdleBreakdown(
         host_wait_us=float(gap[host_wait].sum()), kernel_wait_us=float(gap[kernel_wait].sum()),
         other_us=float(gap[other].sum()), gaps=int(len(gap)),
-        causes=IdleCauses(sync_us, data_loader_us, float(pageable["dur"].sum())),
+        causes=IdleCauses(sync_us, data_loader_us, float(pageable["dur"].sum()), sync_in_loader),
         pageable_memcpy_count=int(len(pageable)), top_syncs=top_syncs, rank=trace.rank)

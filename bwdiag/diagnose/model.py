@@ -250,6 +250,7 @@ class IdleCauses(Record):
     sync_us: float = 0.0  # host-wait gaps in which a synchronising call returned
     data_loader_us: float = 0.0  # host-wait time overlapped by DataLoader spans
     pageable_memcpy_us: float = 0.0  # device time of copies from pageable host memory
+    sync_in_data_loader_us: float = 0.0  # the part of sync_us inside DataLoader __next__ (one cause)
 
 
 @dataclass(frozen=True)
@@ -282,6 +283,10 @@ class IdleBreakdown(Record):
     @property
     def data_loader_us(self) -> float:
         return self.causes.data_loader_us
+
+    @property
+    def sync_in_data_loader_us(self) -> float:
+        return self.causes.sync_in_data_loader_us
 
     def to_dict(self) -> dict[str, Any]:
         out = {"idle_us": self.idle_us, **super().to_dict()}

@@ -12,14 +12,28 @@ from collections import Counter, defaultdict
 
 from bwdiag.diagnose.findings.base import RuleContext, RuleResult
 from bwdiag.diagnose.findings.chains import fusable_runs
-from bwdiag.diagnose.findings.helpers import fmt_bandwidth, fmt_bytes, fmt_time
+from bwdiag.diagnose.findings.helpers import fmt_bandwidth, fmt_bytes, fmt_time, generic_module, in_optimizer_step, op_chain
 from bwdiag.diagnose.model import FindingKind
+
+#: Module patterns a title names before counting the rest.
+MAX_NAMED_MODULES = 3
 
 #: Most fusion findings reported (the largest patterns); the rest are summed into the last line.
 MAX_PATTERNS = 5
 
 _NORM = re.compile(r"rms_?norm|layer_?norm|group_?norm|batch_?norm|norm\b", re.I)
 _RMS_OPS = {"aten::pow", "aten::mean", "aten::rsqrt"}
+#: Ops of a norm computed by hand (mean, variance, reciprocal square root …).
+_HAND_NORM_OPS = {"aten::mean", "aten::var", "aten::var_mean", "aten::std", "aten::rsqrt", "aten::pow", "aten::sqrt"}
+#: Ops that are already a fused norm kernel.
+_NORM_OP = re.compile(r"^aten::(native_)?(layer_norm|rms_norm|_fused_rms_norm|group_norm|batch_norm|instance_norm)"
+                      r"|_batch_norm_impl|^aten::native_batch_norm|^aten::native_group_norm")
+#: Autograd nodes of a loss's backward, and backward work in general.
+_LOSS_NODE = re.compile(r"(NllLoss|MseLoss|CrossEntropy|BinaryCrossEntropy|L1Loss|SmoothL1Loss|HuberLoss|KlDiv)\w*Backward")
+_BACKWARD = re.compile(r"Backward|_backward|^autograd::engine")
+#: Ops of a loss function (``F.cross_entropy`` → log_softmax + nll_loss).
+_LOSS_OPS = re.compile(r"^aten::(log_softmax|_log_softmax|nll_loss|nll_loss_forward|nll_loss2d|cross_entropy_loss|"
+                       r"mse_loss|binary_cross_entropy|l1_loss|smooth_l1_loss|huber_loss|kl_div)")
 _GELU = re.compile(r"gelu", re.I)
 
 
@@ -29,8 +43,14 @@ def fusion(ctx: RuleContext) -> list[RuleResult]:
     for rank_pos, a in enumerate(ctx.analyses):
         taken = ctx.claimed(rank_pos)  # eager attention, layout copies, cast round trips: reported already
         op_names = a.activities["op_name"].to_numpy()
+        optimizer = in_optimizer_step(a)
         for run in fusable_runs(a.activities, a.trace.ops):
             if taken.intersection(run.rows.tolist()):
+                continue
+            if optimizer[run.rows].any():
+                # A per-parameter optimizer loop chains updates of *different* parameters whose sizes
+                # happen to match: independent work, not a dataflow chain (the optimizer and
+                # host-overhead rules give its fix: fused / foreach).
                 continue
             names = tuple(op_names[run.rows].tolist())
             patterns[names].append((rank_pos, run))
@@ -72,7 +92,10 @@ def _finding(ctx: RuleContext, names: tuple, runs: list) -> RuleResult | None:
     acts = defaultdict(list)
     for p, r in runs:
         acts[p].extend(r.rows.tolist())
-    return ctx.finding(FindingKind.FUSION, title, saving, evidence, _fix(names, modules, ctx.is_cpu), acts=acts)
+    recorded = any(a.activities["module"].notna().any() for a in ctx.analyses)
+    enclosing = tuple(n for o in dict.fromkeys(sub["op"]) if o >= 0 for n in op_chain(a0.trace.ops, int(o))[1:])
+    return ctx.finding(FindingKind.FUSION, title, saving, evidence,
+                       _fix(names, modules, ctx.is_cpu, recorded, enclosing), acts=acts)
 
 
 def _table_modules(ctx: RuleContext, runs: list) -> list[str]:
@@ -100,14 +123,26 @@ def _sequence(names: tuple) -> str:
 
 
 def _pattern_name(modules: list[str | None]) -> str | None:
-    """``Qwen2Model_0.Qwen2DecoderLayer_*.Qwen2RMSNorm_*`` for the modules of a repeated pattern."""
+    """The modules of a repeated pattern, naming every one that was counted:
+    ``Qwen2Model_0.Qwen2DecoderLayer_*.Qwen2RMSNorm_*`` when every layer's norm ran it,
+    ``TinyGPT.{blocks.*.ln1, blocks.*.ln2, ln_f}`` when different modules did (most runs first)."""
     known = [m for m in modules if m]
     if not known:
         return None
     if len(set(known)) == 1:
         return known[0]
-    generic = Counter(re.sub(r"(?<=[._])\d+(?=$|\.)", "*", m) for m in known)
-    return generic.most_common(1)[0][0]
+    generic = [p for p, _ in Counter(generic_module(m) for m in known).most_common()]
+    if len(generic) == 1:
+        return generic[0]
+    parts = [g.split(".") for g in generic]
+    common = 0
+    while all(len(p) > common + 1 for p in parts) and len({p[common] for p in parts}) == 1:
+        common += 1
+    rest = [".".join(p[common:]) for p in parts]
+    shown = ", ".join(rest[:MAX_NAMED_MODULES]) + (f", … +{len(rest) - MAX_NAMED_MODULES} more"
+                                                    if len(rest) > MAX_NAMED_MODULES else "")
+    prefix = ".".join(parts[0][:common])
+    return f"{prefix}.{{{shown}}}" if prefix else f"{{{shown}}}"
 
 
 def _largest_shape(sub) -> str:
@@ -115,17 +150,41 @@ def _largest_shape(sub) -> str:
     return best.split("], ")[0] + ("]" if "], " in best else "") if best else "tensors of one size"
 
 
-def _fix(names: tuple, modules: list, cpu: bool) -> str:
-    text = " ".join(str(m) for m in modules if m) + " " + " ".join(names)
-    lines = ["model = torch.compile(model)  # Inductor fuses the chain into one kernel"]
-    if "RMSNorm" in text or _RMS_OPS <= set(names):
+def _fix(names: tuple, modules: list, cpu: bool, modules_recorded: bool = True,
+         context: tuple = ()) -> str:
+    """The fix for a chain: a compile target that holds it, and a fused norm only where the chain
+    computes the norm by hand (a chain through ``aten::layer_norm`` already uses the fused op).
+    ``context``: the names of the ops enclosing the chain's ops (autograd nodes in the backward)."""
+    mods = " ".join(str(m) for m in modules if m)
+    ops = set(names)
+    fused_norm = next((n for n in names if _NORM_OP.search(str(n))), None)
+    how = "Inductor's C++ backend fuses the chain into one loop" if cpu else "Inductor fuses the chain into one kernel"
+    around = [str(n) for n in (*names, *context)]
+    loss = next((n for n in around if _LOSS_OPS.search(n) or _LOSS_NODE.search(n)), None)
+    backward = any(_BACKWARD.search(n) for n in around)
+    if any(modules):
+        lines = [f"model = torch.compile(model)  # {how}"]
+    elif loss:  # the loss (or its backward) is a function outside the model: compiling the model misses it
+        lines = [f"loss_fn = torch.compile(loss_fn)  # the chain ({loss}) is in the loss, outside the model's "
+                 f"modules: {how}",
+                 "# or compile the training step that calls model and loss: train_step = torch.compile(train_step)"]
+    elif backward:  # backward ops carry no module: the forward's compiled graph holds their backward
+        lines = [f"model = torch.compile(model)  # the chain runs in the backward pass (no module is recorded "
+                 f"there); AOTAutograd compiles the model's backward too: {how}"]
+    elif modules_recorded:  # the chain runs outside every module of the model: compiling the model misses it
+        lines = [f"fn = torch.compile(fn)  # fn: the function that runs these ops, outside the model's modules "
+                 f"(compiling the model alone misses them): {how}"]
+    else:
+        lines = [f"fn = torch.compile(fn)  # fn: the model or function that runs these ops (the trace records no "
+                 f"modules to name it): {how}"]
+    if fused_norm:
+        lines.append(f"# the norm is already a fused op ({fused_norm}): compiling fuses the ops around it into it")
+    elif _RMS_OPS <= ops or ("RMSNorm" in mods and ops & _HAND_NORM_OPS):
         lines.append("# or a fused RMSNorm: torch.nn.RMSNorm(hidden, eps=eps) (compiled), or "
                      "from liger_kernel.transformers import LigerRMSNorm")
-    elif _NORM.search(text):
+    elif _NORM.search(mods) and ops & _HAND_NORM_OPS:
         lines.append("# or a fused norm kernel: torch.nn.LayerNorm / F.layer_norm instead of a hand-written mean/var chain")
-    if _GELU.search(text):
+    if _GELU.search(mods + " " + " ".join(map(str, names))):
         lines.append("# bias + GELU: fold into the GEMM epilogue (torch.compile, or Transformer Engine "
                      "te.LayerNormMLP(activation='gelu'))")
-    if cpu:
-        lines[0] = "model = torch.compile(model)  # Inductor's C++ backend fuses the chain into one loop"
     return "\n".join(lines)

@@ -1,12 +1,14 @@
 """Helpers the findings rules share: op-table lookups, byte counts, kernel groups, evidence text.
 
 Every helper a second rule needs lives here, so that no rule module imports another. Nothing here
-reads the diagnosis' timeline sections: they come through :class:`~bwdiag.diagnose.findings.base.RuleContext`.
+reads the diagnosis' timeline sections: they come through :class:`~bwdiag.diagnose.findings.base.RuleContext`
+(the ``ctx`` argument below; not imported here, since base imports this module).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -14,6 +16,8 @@ import numpy as np
 import pandas as pd
 
 from bwdiag.costs.dtypes import dtype_bytes
+from bwdiag.diagnose.idle import DATA_LOADER as _DATA_LOADER
+from bwdiag.diagnose.timeline import covered_within, merged_runs
 from bwdiag.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_time  # noqa: F401  (re-exported to the rules)
 
 
@@ -198,7 +202,7 @@ def unexplained_host_wait(ctx) -> float:
     idle = ctx.idle
     if idle is None:
         return 0.0
-    return max(0.0, idle.host_wait_us - (idle.sync_us + idle.data_loader_us))
+    return max(0.0, idle.host_wait_us - (idle.sync_us - idle.sync_in_data_loader_us + idle.data_loader_us))
 
 
 def looks_launch_bound(ctx) -> bool:
@@ -208,3 +212,230 @@ def looks_launch_bound(ctx) -> bool:
     if launch is None or not launch.kernels:
         return False
     return launch.launch_bound or int(launch.short_kernels) >= int(launch.kernels) / 2
+
+
+# -- host time between ops on the main thread (CPU host overhead, the CPU data loader) -------------
+
+#: A gap between two top-level ops longer than this is other host work (data preparation, logging,
+#: a sleep) rather than the interpreter and dispatcher stepping from one op to the next.
+DISPATCH_GAP_US = 1000.0
+#: A top-level op shorter than this is "tiny": dispatch costs (~2–10 µs per op on a CPU) rival its work.
+TINY_OP_US = 50.0
+
+_OPT_STEP = re.compile(r"^Optimizer\.step#(\w+)\.step$")
+_ZERO_GRAD = re.compile(r"^Optimizer\.zero_grad#")
+_PROFILER_STEP = re.compile(r"^ProfilerStep#")
+
+
+@dataclass(frozen=True)
+class HostGaps:
+    """Time on a rank's main thread, inside its window, when no op is doing work (µs).
+
+    The work is the rank's activities (leaf CPU ops) on a CPU trace, its top-level ops on a GPU
+    trace (the host's side: the ops that launch the kernels); a gap is the time between two consecutive
+    runs of them. ``gap_us`` counts the gaps shorter than ``DISPATCH_GAP_US`` outside DataLoader
+    spans: Python and dispatch time from one op to the next — ``between_us`` of it between top-level
+    ops (the interpreter), the rest inside them (autograd nodes, wrappers such as ``aten::linear``
+    dispatching to their kernels). ``where`` splits ``gap_us`` by what holds each gap:
+    ``"optimizer step"``, ``"zero_grad"``, ``"backward"``, a module path, or ``"outside any module"``
+    (loss functions, user code), or ``"forward (no modules recorded)"`` when the trace has no module
+    annotations."""
+
+    tid: object
+    ops: int  # top-level ops on the thread in the window
+    tiny_ops: int  # of them, shorter than TINY_OP_US
+    work_us: float  # the union of the thread's activity (work) time
+    gap_us: float
+    gaps: int
+    between_us: float  # the part of gap_us between top-level ops
+    long_gap_us: float  # gaps of DISPATCH_GAP_US or more (outside DataLoader spans)
+    long_gaps: int
+    loader_us: float  # window time inside DataLoader spans on the thread
+    loader_spans: int
+    loader_rows: np.ndarray  # activity rows inside those spans
+    where: dict  # label -> [gap µs, gaps]
+    optimizer: str | None  # the optimizer class of Optimizer.step spans (``SGD``), if any
+    optimizer_ops: int  # top-level ops inside them
+    optimizer_steps: int  # Optimizer.step spans
+    loader_kind: str | None = None  # the DataLoader iterator class (``_MultiProcessingDataLoaderIter``)
+
+
+def _thread(ops: pd.DataFrame, cpu: np.ndarray, annot: np.ndarray):
+    """The main thread: the one holding ProfilerStep spans, else the one with the most top-level op time."""
+    names = op_column(ops, "name").astype(str)
+    tids = op_column(ops, "tid")
+    steps = annot & np.array([bool(_PROFILER_STEP.match(n)) for n in names], dtype=bool) if annot.any() else annot
+    if steps.any():
+        return tids[np.flatnonzero(steps)[0]]
+    top = cpu & (op_column(ops, "parent") == -1)
+    if not top.any():
+        return None
+    dur = op_column(ops, "end").astype(float) - op_column(ops, "ts").astype(float)
+    return pd.Series(dur[top]).groupby(tids[top]).sum().idxmax()
+
+
+def _runs(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Merged runs of intervals sorted by start: (index of each run's first interval, run starts, run ends)."""
+    reach = np.maximum.accumulate(e)
+    first = np.ones(len(s), dtype=bool)
+    first[1:] = s[1:] > reach[:-1]
+    at = np.flatnonzero(first)
+    return at, s[at], np.append(reach[at[1:] - 1], reach[-1])
+
+
+def host_gaps(a) -> HostGaps | None:
+    """:class:`HostGaps` of one rank analysis (``trace.ops`` and ``activities``); None without ops."""
+    ops, acts = a.trace.ops, a.activities
+    if ops.empty or acts.empty:
+        return None
+    start, stop = float(acts["ts"].min()), float(acts["end"].max())
+    cat = op_column(ops, "cat") if "cat" in ops.columns else np.full(len(ops), "cpu_op", dtype=object)
+    cpu, annot = cat == "cpu_op", cat == "user_annotation"
+    tid = _thread(ops, cpu, annot)
+    if tid is None:
+        return None
+    names = op_column(ops, "name").astype(str)
+    ts, end = op_column(ops, "ts").astype(float), op_column(ops, "end").astype(float)
+    tids = op_column(ops, "tid")
+    on = tids == tid
+    inside = (end > start) & (ts < stop)
+    top = np.flatnonzero(cpu & on & inside & (op_column(ops, "parent") == -1))
+    top = top[np.argsort(ts[top], kind="stable")]
+    act_op = acts["op"].to_numpy()
+    host_work = acts["kind"].isin(("cpu_op", "compiled")).to_numpy()
+    mine = np.flatnonzero(host_work & (act_op >= 0) & (tids[np.maximum(act_op, 0)] == tid))
+    if not len(top):
+        return None
+    if len(mine):  # a CPU trace: the work is the leaf ops
+        mine = mine[np.argsort(acts["ts"].to_numpy(float)[mine], kind="stable")]
+        _, ws, we = _runs(acts["ts"].to_numpy(float)[mine], acts["end"].to_numpy(float)[mine])
+    else:  # a GPU trace: the host's work is its top-level ops (they launch the kernels)
+        _, ws, we = _runs(np.clip(ts[top], start, stop), np.clip(end[top], start, stop))
+    gap_s, gap_e = we[:-1], ws[1:]
+
+    loader = np.flatnonzero((cpu | annot) & on & inside & np.array([bool(_DATA_LOADER.search(n)) for n in names]))
+    lruns = merged_runs(np.clip(ts[loader], start, stop), np.clip(end[loader], start, stop))
+    loader_us = float(np.sum(lruns[1] - lruns[0])) if len(loader) else 0.0
+    rest = (gap_e - gap_s) - (covered_within(gap_s, gap_e, lruns) if len(loader) else 0.0)
+    short = (rest > 1e-9) & (rest < DISPATCH_GAP_US)
+    long_ = rest >= DISPATCH_GAP_US
+
+    at, upto = acts["ts"].to_numpy(float), acts["end"].to_numpy(float)
+    rows = np.zeros(len(acts), dtype=bool)
+    for ls, le in zip(*lruns):
+        rows[mine] |= (at[mine] >= ls) & (upto[mine] <= le)
+
+    # What holds each gap: the top-level op it lies in, else the next top-level op.
+    ts_top, end_top = np.clip(ts[top], start, stop), np.clip(end[top], start, stop)
+    mid = (gap_s + gap_e) / 2
+    k = np.searchsorted(ts_top, mid, side="right") - 1
+    held = (k >= 0) & (end_top[np.maximum(k, 0)] >= mid)
+    nxt = np.minimum(np.where(held, k, k + 1), len(top) - 1)
+    holder = top[nxt]
+    steps = np.flatnonzero(annot & on & inside & np.array([bool(_OPT_STEP.match(n)) for n in names]))
+    zero = np.flatnonzero(annot & on & inside & np.array([bool(_ZERO_GRAD.match(n)) for n in names]))
+
+    def within(spans: np.ndarray, t: np.ndarray) -> np.ndarray:
+        hit = np.zeros(len(t), dtype=bool)
+        for j in spans:
+            hit |= (t >= ts[j]) & (t <= end[j])
+        return hit
+
+    in_step, in_zero = within(steps, mid), within(zero, mid)
+    modules = op_column(ops, "module") if "module" in ops.columns else np.full(len(ops), None, dtype=object)
+    recorded = any(isinstance(m, str) and m for m in modules)
+    where: dict[str, list] = {}
+    for g in np.flatnonzero(short):
+        if in_step[g]:
+            label = "optimizer step"
+        elif in_zero[g]:
+            label = "zero_grad"
+        elif names[holder[g]].startswith("autograd::"):
+            label = "backward"
+        else:
+            m = modules[holder[g]]
+            label = (generic_module(m) if isinstance(m, str) and m
+                     else "outside any module" if recorded else "forward (no modules recorded)")
+        slot = where.setdefault(label, [0.0, 0])
+        slot[0] += float(rest[g])
+        slot[1] += 1
+    dur = end_top - ts_top
+    kinds = [m.group(0) for n in names[loader] if (m := re.search(r"_\w*DataLoaderIter", n))]
+    return HostGaps(
+        tid, int(len(top)), int((dur < TINY_OP_US).sum()), float(np.sum(we - ws)),
+        float(rest[short].sum()), int(short.sum()), float(rest[short & ~held].sum()),
+        float(rest[long_].sum()), int(long_.sum()), loader_us, int(len(lruns[0])) if len(loader) else 0,
+        np.flatnonzero(rows), where,
+        _OPT_STEP.match(names[steps[0]]).group(1) if len(steps) else None,
+        int(within(steps, ts_top).sum()) if len(steps) else 0, int(len(steps)), kinds[0] if kinds else None)
+
+
+def generic_module(path: str) -> str:
+    """``blocks.*.attn`` for ``blocks.3.attn`` (the gaps of every layer count together)."""
+    return re.sub(r"(?<=[._])\d+(?=$|\.)", "*", path)
+
+
+#: Optimizer kernels or ops that already batch the per-parameter loop (foreach / fused / apex).
+OPTIMIZER_BATCHED = re.compile(r"multi_tensor_apply|_foreach_|fused_adam|FusedAdam|_fused_", re.I)
+
+
+def optimizer_batched(a) -> bool:
+    """Whether a rank's ops or kernels show a foreach / fused optimizer implementation."""
+    for names in (a.activities["name"], pd.Series(op_column(a.trace.ops, "name"))):
+        if names.astype(str).str.contains(OPTIMIZER_BATCHED).any():
+            return True
+    return False
+
+
+def host_gap_lines(ctx) -> tuple[list[str], str | None]:
+    """GPU rules on host wait: an evidence line naming where the main thread's gaps between
+    top-level ops sit, and the optimizer line of the fix when a per-parameter step (no foreach /
+    fused ops) holds a tenth of them (None otherwise)."""
+    found = [g for a in ctx.analyses if (g := host_gaps(a)) is not None and g.gaps]
+    if not found:
+        return [], None
+    n = ctx.ranks
+    where: dict[str, float] = {}
+    for g in found:
+        for label, (us, _) in g.where.items():
+            where[label] = where.get(label, 0.0) + us / n
+    total = sum(where.values())
+    ops = sum(g.ops for g in found) / n
+    line = (f"on the host, {ops:,.0f} top-level ops leave {fmt_time(total)} of short gaps between them on the main "
+            "thread: " + ", ".join(f"{k} {fmt_time(v)}" for k, v in sorted(where.items(), key=lambda kv: -kv[1])[:4]))
+    optim = next((g.optimizer for g in found if g.optimizer), None)
+    per = sum(g.optimizer_ops for g in found) / n
+    steps = sum(g.optimizer_steps for g in found) / n
+    opt_us = where.get("optimizer step", 0.0)
+    advice = None
+    if (optim and total > 0 and opt_us >= 0.1 * total and per >= PER_PARAMETER_OPS * steps
+            and not any(optimizer_batched(a) for a in ctx.analyses)):
+        advice = (f"optimizer = torch.optim.{optim}(params, lr=lr, foreach=True)  # or fused=True: the step "
+                  f"dispatches {per:,.0f} per-parameter ops ({fmt_time(opt_us)} of host gaps)")
+    return [line], advice
+
+
+#: An optimizer step dispatching at least this many top-level ops per step runs a loop over its parameters.
+PER_PARAMETER_OPS = 16
+
+
+def in_optimizer_step(a) -> np.ndarray:
+    """Per activity of rank analysis ``a``: whether its op runs inside an ``Optimizer.step#…`` range
+    on the same thread (ranges are user annotations, not parents of the ops in them)."""
+    ops, acts = a.trace.ops, a.activities
+    out = np.zeros(len(acts), dtype=bool)
+    if ops.empty or acts.empty:
+        return out
+    names = pd.Series(op_column(ops, "name"), dtype=object).astype(str)
+    steps = np.flatnonzero(names.str.match(_OPT_STEP.pattern).to_numpy())
+    if not len(steps):
+        return out
+    ts, end, tid = op_column(ops, "ts"), op_column(ops, "end"), op_column(ops, "tid")
+    op_idx = acts["op"].to_numpy()
+    valid = op_idx >= 0
+    idx = op_idx[valid].astype(int)
+    hit = np.zeros(len(idx), dtype=bool)
+    for r in steps:
+        hit |= (ts[idx] >= ts[r]) & (ts[idx] <= end[r]) & (tid[idx] == tid[r])
+    out[valid] = hit
+    return out

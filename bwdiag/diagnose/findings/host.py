@@ -9,6 +9,8 @@ from bwdiag.diagnose.findings.base import RuleContext, RuleResult
 from bwdiag.diagnose.findings.helpers import (
     fmt_bytes,
     fmt_time,
+    host_gap_lines,
+    host_gaps,
     looks_launch_bound,
     short_list,
     unexplained_host_wait,
@@ -21,10 +23,16 @@ def sync_points(ctx: RuleContext) -> list[RuleResult]:
     idle = ctx.idle
     if ctx.is_cpu or idle is None:
         return []
-    saving = idle.sync_us
+    # Syncs inside DataLoader __next__ are the data loader's (one cause, one finding): the
+    # data-loader finding reports that wait and says which syncs it holds.
+    inside = min(idle.sync_in_data_loader_us, idle.sync_us)
+    saving = idle.sync_us - inside
     if not ctx.worth_reporting(saving):
         return []
     evidence = [f"the GPU idles {fmt_time(saving)} while the host waits on synchronisation → {ctx.per_step(saving)}"]
+    if inside > 0:
+        evidence.append(f"another {fmt_time(inside)} of sync wait lies inside DataLoader __next__: counted once, "
+                        f"in the data-loader finding")
     evidence += [f"{s.name}: {s.count}× {fmt_time(s.total_us)}" for s in idle.top_syncs[:4]]
     fix = ("# keep values on the GPU: log every N steps, not every step\n"
            "if step % 100 == 0:\n    print(loss.item())\n"
@@ -35,7 +43,9 @@ def sync_points(ctx: RuleContext) -> list[RuleResult]:
 
 
 def data_loader(ctx: RuleContext) -> list[RuleResult]:
-    """GPU idle while the host fetches the next batch."""
+    """GPU idle while the host fetches the next batch (CPU traces: the main thread waiting for it)."""
+    if ctx.is_cpu:
+        return _cpu_data_loader(ctx)
     idle = ctx.idle
     if idle is None:
         return []
@@ -43,10 +53,51 @@ def data_loader(ctx: RuleContext) -> list[RuleResult]:
     if not ctx.worth_reporting(saving):
         return []
     evidence = [f"the device idles {fmt_time(saving)} inside DataLoader __next__ → {ctx.per_step(saving)}"]
+    if idle.sync_in_data_loader_us > 0:
+        evidence.append(f"{fmt_time(idle.sync_in_data_loader_us)} of it the host spends in synchronising calls inside "
+                        f"__next__ (pageable host-to-device copies, .item() in a collate): pin_memory=True and "
+                        f".to(device, non_blocking=True) make them asynchronous (not counted again as sync points)")
     fix = ("loader = torch.utils.data.DataLoader(dataset, batch_size=bs, num_workers=8, pin_memory=True,\n"
            "                                     persistent_workers=True, prefetch_factor=4)")
     return [ctx.finding(FindingKind.DATA_LOADER, "Feed the GPU faster: DataLoader workers and pinned memory",
                         saving, evidence, fix, idle_us=saving)]
+
+
+def _cpu_data_loader(ctx: RuleContext) -> list[RuleResult]:
+    """The main thread inside DataLoader ``__next__`` spans: it does nothing else until the batch comes.
+    Saving: that time (the ops inside the spans — collate, unpickling — and the wait between them);
+    a loader that keeps up hides it behind the step, one that cannot still removes the ops' share."""
+    found = [(pos, g) for pos, a in enumerate(ctx.analyses) if (g := host_gaps(a)) is not None and g.loader_us > 0]
+    if not found:
+        return []
+    saving = sum(g.loader_us for _, g in found) / ctx.ranks
+    if not ctx.worth_reporting(saving):
+        return []
+    acts = {pos: g.loader_rows for pos, g in found}
+    work = sum(float(ctx.analyses[pos].activities["dur"].to_numpy(float)[g.loader_rows].sum())
+               for pos, g in found) / ctx.ranks
+    spans = sum(g.loader_spans for _, g in found) / ctx.ranks
+    kind = next((g.loader_kind for _, g in found if g.loader_kind), None)
+    single = kind is not None and "SingleProcess" in kind
+    evidence = [
+        f"the main thread spends {fmt_time(saving)} ({ctx.pct(saving):.0f}% of the window) inside {spans:,.0f} "
+        f"DataLoader __next__ calls{f' ({kind})' if kind else ''}, {fmt_time(work)} of it in ops "
+        f"(collate, copies) and the rest waiting for the batch → {ctx.per_step(saving)}",
+        "num_workers=0: the main thread loads every batch itself" if single else
+        "the workers do not keep up: the step waits for every batch they have not prepared yet",
+    ]
+    if single:
+        fix = ("loader = torch.utils.data.DataLoader(dataset, batch_size=bs, num_workers=4,\n"
+               "                                     persistent_workers=True, prefetch_factor=2)")
+    else:
+        fix = ("loader = torch.utils.data.DataLoader(dataset, batch_size=bs,\n"
+               "    num_workers=8,             # more than now, up to the free cores: each worker loads batches in parallel\n"
+               "    persistent_workers=True,   # no worker start-up at every epoch\n"
+               "    prefetch_factor=4)         # batches each worker prepares ahead\n"
+               "# and make __getitem__ cheaper: decode/augment once offline, or cache")
+    # The ops inside the spans are activities (what-if: their time), the rest of the spans idle.
+    return [ctx.finding(FindingKind.DATA_LOADER, "Load batches off the main thread: DataLoader workers",
+                        saving, evidence, fix, acts=acts, idle_us=max(0.0, saving - work))]
 
 
 def host_bound(ctx: RuleContext) -> list[RuleResult]:
@@ -64,8 +115,11 @@ def host_bound(ctx: RuleContext) -> list[RuleResult]:
         f"syncs and the data loader explain {fmt_time(host - saving)}",
         f"the rest, {ctx.per_step(saving)}, is Python / framework time between kernels",
     ]
+    lines, optimizer = host_gap_lines(ctx)
+    evidence += lines
     fix = ("model = torch.compile(model)  # removes Python overhead between kernels\n"
-           "# and profile the host side: python -m cProfile -o step.prof train.py / py-spy record -- python train.py")
+           + (optimizer + "\n" if optimizer else "")
+           + "# and profile the host side: python -m cProfile -o step.prof train.py / py-spy record -- python train.py")
     return [ctx.finding(FindingKind.HOST_BOUND, "The GPU waits on Python between kernels", saving, evidence, fix,
                         idle_us=saving)]
 

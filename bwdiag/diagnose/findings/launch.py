@@ -9,7 +9,7 @@ traces only.
 from __future__ import annotations
 
 from bwdiag.diagnose.findings.base import RuleContext, RuleResult
-from bwdiag.diagnose.findings.helpers import fmt_time, looks_launch_bound, unexplained_host_wait
+from bwdiag.diagnose.findings.helpers import fmt_time, host_gap_lines, looks_launch_bound, unexplained_host_wait
 from bwdiag.diagnose.model import FindingKind
 
 
@@ -32,7 +32,11 @@ def launch_overhead(ctx: RuleContext) -> list[RuleResult]:
         + (f"; mean queue length {launch.mean_queue_length:.1f}" if launch.mean_queue_length is not None else ""),
         f"one graph replay instead of {kernels:,} launches removes the gaps → {ctx.per_step(gap)}",
     ]
+    lines, optimizer = host_gap_lines(ctx)
+    evidence += lines
     fix = ("model = torch.compile(model, mode=\"reduce-overhead\")  # CUDA graphs + fusion\n"
+           + (optimizer + "\n" if optimizer else "")
+           + "# or larger batches: the same launches, more work in each\n"
            "# or capture by hand (static shapes, static input buffers):\n"
            "g = torch.cuda.CUDAGraph()\n"
            "with torch.cuda.graph(g):\n    static_out = model(static_in)\n"

@@ -39,7 +39,11 @@ def per_parameter_optimizer(ctx: RuleContext) -> list[RuleResult]:
             continue
         name = STEP.match(names.iat[steps[0]]).group(1)
         inside = _under(ops, acts["op"].to_numpy(), steps)
-        if ALREADY_BATCHED.search(" ".join(acts.loc[inside, "name"].astype(str).unique())):
+        # foreach / fused show in the kernel names on a GPU; on a CPU the foreach op itself loops
+        # over the tensors, so its per-tensor children are the activities: look at the ops too.
+        in_step = _under(ops, np.arange(len(ops)), steps)
+        if ALREADY_BATCHED.search(" ".join(acts.loc[inside, "name"].astype(str).unique())) or \
+                ALREADY_BATCHED.search(" ".join(names[in_step].unique())):
             continue
         nbytes = acts["bytes"].to_numpy(float)
         known = inside & np.isfinite(nbytes)

@@ -59,7 +59,8 @@ def weight_only_quantization(ctx: RuleContext) -> list[RuleResult]:
     ]
     fix = ("from torchao.quantization import quantize_, int8_weight_only\n"
            "quantize_(model, int8_weight_only())\n"
-           "# int4: from torchao.quantization import int4_weight_only; quantize_(model, int4_weight_only(group_size=128))\n"
-           "# fp8 on H100/MI300X-class GPUs: float8_weight_only() from torchao.quantization")
+           "# int4: from torchao.quantization import int4_weight_only; quantize_(model, int4_weight_only(group_size=128))")
+    if (ctx.diagnosis.device.peak_flops or {}).get("fp8"):  # fp8 only where the device has fp8 units
+        fix += f"\n# fp8 on this {ctx.diagnosis.device.name}: float8_weight_only() from torchao.quantization"
     return [ctx.finding(FindingKind.QUANTIZATION, "Quantize the weights of memory-bound GEMMs (int8 weight-only)",
                         saving8, evidence, fix, acts=acts)]

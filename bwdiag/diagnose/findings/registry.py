@@ -31,6 +31,7 @@ from typing import Callable
 from bwdiag.diagnose.findings.attention import attention_materialisation
 from bwdiag.diagnose.findings.base import RuleContext, RuleResult
 from bwdiag.diagnose.findings.batching import small_kernels
+from bwdiag.diagnose.findings.dispatch import host_overhead
 from bwdiag.diagnose.findings.conversions import dtype_round_trips, layout_conversions
 from bwdiag.diagnose.findings.fusion import fusion
 from bwdiag.diagnose.findings.host import data_loader, host_bound, pageable_memcpy, sync_points
@@ -71,6 +72,9 @@ RULES: tuple[Rule, ...] = (
     Rule("sync", sync_points),
     Rule("data_loader", data_loader),
     Rule("host_bound", host_bound),
+    # CPU traces: the time between ops on the main thread (outside DataLoader spans, which
+    # data_loader reports); it reads the optimizer rule's results only to point at its fix.
+    Rule("host_overhead", host_overhead, skips=("optimizer",)),
     Rule("pageable_memcpy", pageable_memcpy),
     Rule("launch_overhead", launch_overhead),
     Rule("overlap", exposed_collectives),

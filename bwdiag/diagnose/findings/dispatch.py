@@ -1,0 +1,119 @@
+"""Host overhead on CPU traces: the interpreter and the dispatcher stepping from one op to the next.
+
+On a CPU trace the "device" is the main thread itself: every microsecond between two top-level ops
+(:func:`~.helpers.host_gaps`) is Python and dispatch time the step pays in full. Many tiny ops make
+it the largest class of time — 300 per-parameter SGD updates of 8-element tensors spend more time
+between ops than in them. The saving is that gap time (gaps under ``DISPATCH_GAP_US`` outside
+DataLoader spans: longer ones are other host work, named but not counted), which a compiled step
+(one fused loop instead of N dispatched ops) or a foreach optimizer (one op per tensor list) removes.
+GPU traces: the device idle those gaps cause is :mod:`.launch` / :mod:`.host`'s.
+"""
+
+from __future__ import annotations
+
+from bwdiag.diagnose.compiled import COMPILED_KIND
+from bwdiag.diagnose.findings.base import RuleContext, RuleResult
+from bwdiag.diagnose.findings.helpers import (
+    DISPATCH_GAP_US,
+    PER_PARAMETER_OPS,
+    TINY_OP_US,
+    fmt_time,
+    host_gaps,
+    optimizer_batched,
+)
+from bwdiag.diagnose.model import FindingKind
+
+#: Gaps between ops that are not tiny are reported only from this share of the window (%): between
+#: long ops the interpreter's time is small beside the work, and a compiled step saves little.
+LARGE_OPS_MIN_PCT = 10.0
+
+#: Labels of :attr:`HostGaps.where` that are not module paths.
+_NOT_MODULES = ("optimizer step", "zero_grad", "backward", "outside any module", "forward (no modules recorded)")
+
+
+def host_overhead(ctx: RuleContext) -> list[RuleResult]:
+    """CPU traces: time between consecutive top-level ops on the main thread."""
+    if not ctx.is_cpu:
+        return []
+    found = [(pos, g) for pos, a in enumerate(ctx.analyses) if (g := host_gaps(a)) is not None]
+    if not found:
+        return []
+    n = ctx.ranks
+    saving = sum(g.gap_us for _, g in found) / n
+    ops = sum(g.ops for _, g in found) / n
+    tiny = sum(g.tiny_ops for _, g in found) / n
+    is_tiny = tiny >= ops / 2
+    compiled = any((a.activities["kind"] == COMPILED_KIND).any() for a in ctx.analyses)
+    # Between long ops, or between torch.compile'd regions (whose small top-level ops are Dynamo's
+    # wrappers, not the user's), the gaps are the outer Python loop: advice only when they are large.
+    if not ctx.worth_reporting(saving) or ((compiled or not is_tiny) and ctx.pct(saving) < LARGE_OPS_MIN_PCT):
+        return []
+    gaps = sum(g.gaps for _, g in found) / n
+    work_us = sum(g.work_us for _, g in found) / n
+    between = sum(g.between_us for _, g in found) / n
+    where: dict[str, list] = {}
+    for _, g in found:
+        for label, (us, k) in g.where.items():
+            slot = where.setdefault(label, [0.0, 0])
+            slot[0] += us / n
+            slot[1] += k / n
+    ranked = sorted(where.items(), key=lambda kv: -kv[1][0])
+    evidence = [
+        f"the main thread does no op's work for {fmt_time(saving)} in {gaps:,.0f} short gaps (ops at work: "
+        f"{fmt_time(work_us)}): {fmt_time(between)} between its {ops:,.0f} top-level ops (Python), "
+        f"{fmt_time(saving - between)} inside them (autograd nodes, dispatch to the kernels) → {ctx.per_step(saving)}",
+        f"{tiny:,.0f} of the {ops:,.0f} ops take under {TINY_OP_US:.0f} µs: per-op dispatch rivals their work"
+        if is_tiny else f"{tiny:,.0f} of the {ops:,.0f} ops take under {TINY_OP_US:.0f} µs",
+        "gaps by where the next op runs: " + ", ".join(
+            f"{label} {fmt_time(us)} ({k:,.0f})" for label, (us, k) in ranked[:5]),
+    ]
+    long_us = sum(g.long_gap_us for _, g in found) / n
+    if long_us > 0:
+        long_n = sum(g.long_gaps for _, g in found) / n
+        evidence.append(f"another {fmt_time(long_us)} in {long_n:,.0f} gaps over {fmt_time(DISPATCH_GAP_US)} is "
+                        f"other host work or the thread descheduled (not counted: py-spy / cProfile shows which)")
+    fix = _fix(ctx, found, where, is_tiny and not compiled, compiled)
+    title = ("The CPU runs Python between the compiled regions" if compiled
+             else f"Cut the Python and dispatch time between {ops:,.0f} tiny ops" if is_tiny
+             else "The CPU runs Python between ops")
+    return [ctx.finding(FindingKind.HOST_BOUND, title, saving, evidence, fix, idle_us=saving)]
+
+
+def _fix(ctx: RuleContext, found, where: dict, is_tiny: bool, compiled: bool) -> str:
+    total = sum(us for us, _ in where.values()) or 1.0
+    in_model = sum(us for label, (us, _) in where.items() if label not in _NOT_MODULES)
+    opt_us = where.get("optimizer step", [0.0, 0])[0]
+    lines = []
+    if compiled:
+        lines.append("# the step already runs torch.compile'd regions: the gaps are between them — find the graph "
+                     "breaks (TORCH_LOGS=graph_breaks) and compile\n# the rest of the step too (loss, optimizer: "
+                     "torch.compile(opt.step))")
+    elif in_model >= 0.8 * total:
+        modules = [label for label in where if label not in _NOT_MODULES]
+        lines.append(f"model = torch.compile(model)  # the gaps are inside {modules[0]}: one compiled graph, no "
+                     f"Python between its ops")
+    elif "outside any module" in where:
+        lines.append("train_step = torch.compile(train_step)  # the function that runs forward, loss and backward: "
+                     "the gaps are outside the model's modules too (loss, user code), so compiling the model alone "
+                     "leaves them")
+    else:
+        lines.append("train_step = torch.compile(train_step)  # the function that runs forward, loss and backward "
+                     "(the trace records no modules to narrow it down)")
+    optim = next((g.optimizer for _, g in found if g.optimizer), None)
+    per = sum(g.optimizer_ops for _, g in found) / ctx.ranks
+    steps = sum(g.optimizer_steps for _, g in found) / ctx.ranks
+    fused = [r for r in ctx.prior.get("optimizer", ()) if r.finding.fix]
+    if fused and opt_us > 0:
+        lines.append(f"# the optimizer step's {fmt_time(opt_us)} of gaps go with the fused step advised in "
+                     f"\"{fused[0].title}\"")
+    elif (optim and opt_us >= 0.1 * total and per >= PER_PARAMETER_OPS * steps
+            and not any(optimizer_batched(a) for a in ctx.analyses)):
+        lines.append(f"optimizer = torch.optim.{optim}(params, lr=lr, foreach=True)  # the step dispatches "
+                     f"{per:,.0f} per-parameter ops ({fmt_time(opt_us)} of gaps); foreach: a few ops per "
+                     f"tensor list")
+    if is_tiny:
+        lines.append("# or larger batches / fewer, larger tensors: the same number of ops, more work in each")
+    return "\n".join(lines)
+
+
+__all__ = ["host_overhead"]

@@ -1,0 +1,166 @@
+"""Host overhead and the data loader on CPU traces (findings/dispatch.py, findings/host.py), on
+hand-built contexts whose savings are worked out by hand in the comments."""
+
+from __future__ import annotations
+
+import pytest
+
+from bwdiag.diagnose.findings import dispatch, host
+from bwdiag.diagnose.findings.helpers import host_gaps
+from bwdiag.diagnose.findings.registry import run_rules
+from tests.rule_context import context, kernel, op, rank
+
+ANNOT = "user_annotation"
+
+
+def cpu(name: str, o: int, ts: float, end: float) -> dict:
+    """The activity row of leaf CPU op ``o``."""
+    return kernel(name, op=o, ts=ts, dur=end - ts, category="elementwise", bound="memory", kind="cpu_op",
+                  stream=1, bytes=64.0)
+
+
+def _tiny_rank():
+    """A step of tiny ops on one thread (µs):
+
+    mul 0–10 | add 15–20 | MulBackward0 30–50 holding mul 32–40 and sum 43–46 |
+    Optimizer.step 52–100 holding add_ 62–70 and add_ 74–80 | mul 2000–2010 in module ``net`` (so
+    the trace records modules, and the ops before are outside any)."""
+    ops = [op("ProfilerStep#1", cat=ANNOT, ts=0, end=2010),                       # 0
+           op("aten::mul", ts=0, end=10),                                          # 1
+           op("aten::add", ts=15, end=20),                                         # 2
+           op("autograd::engine::evaluate_function: MulBackward0", ts=30, end=50),  # 3
+           op("aten::mul", ts=32, end=40, parent=3),                               # 4
+           op("aten::sum", ts=43, end=46, parent=3),                               # 5
+           op("Optimizer.step#SGD.step", cat=ANNOT, ts=52, end=100),               # 6
+           op("aten::add_", ts=62, end=70),                                        # 7
+           op("aten::add_", ts=74, end=80),                                        # 8
+           op("aten::mul", ts=2000, end=2010, module="net")]                       # 9
+    acts = [cpu("aten::mul", 1, 0, 10), cpu("aten::add", 2, 15, 20), cpu("aten::mul", 4, 32, 40),
+            cpu("aten::sum", 5, 43, 46), cpu("aten::add_", 7, 62, 70), cpu("aten::add_", 8, 74, 80),
+            cpu("aten::mul", 9, 2000, 2010)]
+    return rank(ops, acts)
+
+
+def test_host_gaps_split_by_where_they_sit():
+    g = host_gaps(_tiny_rank())
+    # Gaps between work: 10→15 (5, before add: outside any module), 20→32 (12, before MulBackward0:
+    # backward), 40→43 (3, inside MulBackward0: backward), 46→62 (16, mid 54 inside Optimizer.step),
+    # 70→74 (4, optimizer step); 80→2000 (1,920) is over DISPATCH_GAP_US: not dispatch.
+    assert g.gap_us == pytest.approx(5 + 12 + 3 + 16 + 4) and g.gaps == 5
+    assert g.between_us == pytest.approx(37.0)  # all but the 3 µs inside MulBackward0
+    assert g.where == {"outside any module": [5.0, 1], "backward": [15.0, 2], "optimizer step": [20.0, 2]}
+    assert (g.long_gap_us, g.long_gaps) == (pytest.approx(1920.0), 1)
+    assert (g.ops, g.tiny_ops) == (6, 6)  # mul, add, MulBackward0, add_, add_, mul: all under 50 µs
+    assert g.optimizer == "SGD" and g.optimizer_ops == 2 and g.optimizer_steps == 1
+
+
+def test_host_overhead_saves_the_short_gaps():
+    ctx = context([_tiny_rank()], total_us=2010, trace_kind="cpu")
+    (r,) = dispatch.host_overhead(ctx)
+    # 40 µs of short gaps in a 2,010 µs window: 1.99 %.
+    assert r.kind == "host_bound" and "6 tiny ops" in r.title
+    assert r.est_saving_us == pytest.approx(40.0) and r.idle_us == pytest.approx(40.0)
+    assert r.finding.est_saving_pct == pytest.approx(100 * 40 / 2010)
+    assert "37 µs between its 6 top-level ops" in r.finding.evidence[0]
+    assert "optimizer step 20 µs (2), backward 15 µs (2), outside any module 5 µs (1)" in r.finding.evidence[2]
+    assert "1.92 ms in 1 gaps" in r.finding.evidence[3]
+    # Gaps outside the model (no module at all): compile the step, not the model; 2 ops in the
+    # optimizer step is no per-parameter loop (PER_PARAMETER_OPS = 16).
+    assert r.finding.fix.startswith("train_step = torch.compile(train_step)")
+    assert "foreach" not in r.finding.fix
+
+
+def _optimizer_rank(foreach: bool = False):
+    """Optimizer.step 0–395 dispatching 20 add_ ops of 10 µs every 20 µs (10 µs gaps), then a
+    forward op in module ``net.fc`` 410–420."""
+    ops = [op("ProfilerStep#1", cat=ANNOT, ts=0, end=420), op("Optimizer.step#SGD.step", cat=ANNOT, ts=0, end=395)]
+    acts = []
+    for k in range(20):
+        name = "aten::_foreach_add_" if foreach and k == 0 else "aten::add_"
+        ops.append(op(name, ts=20 * k, end=20 * k + 10))
+        acts.append(cpu(name, len(ops) - 1, 20 * k, 20 * k + 10))
+    ops.append(op("aten::relu", ts=410, end=420, module="net.fc"))
+    acts.append(cpu("aten::relu", len(ops) - 1, 410, 420))
+    return rank(ops, acts)
+
+
+def test_per_parameter_optimizer_gaps_advise_foreach():
+    (r,) = dispatch.host_overhead(context([_optimizer_rank()], total_us=420, trace_kind="cpu"))
+    # 19 gaps of 10 µs inside the step (190 µs) + 390→410 before relu (20 µs, net.fc) = 210 µs.
+    assert r.est_saving_us == pytest.approx(210.0)
+    assert "foreach=True" in r.finding.fix and "20 per-parameter ops" in r.finding.fix
+
+
+def test_no_foreach_advice_when_the_optimizer_already_batches():
+    (r,) = dispatch.host_overhead(context([_optimizer_rank(foreach=True)], total_us=420, trace_kind="cpu"))
+    assert r.est_saving_us == pytest.approx(210.0)
+    assert "foreach" not in r.finding.fix
+
+
+def test_without_module_annotations_the_gaps_are_not_called_outside_the_model():
+    a = _tiny_rank()
+    a.trace.ops["module"] = None
+    g = host_gaps(a)
+    assert g.where["forward (no modules recorded)"] == [5.0, 1]
+    (r,) = dispatch.host_overhead(context([a], total_us=2010, trace_kind="cpu"))
+    assert "no modules" in r.finding.fix and "outside the model" not in r.finding.fix
+
+
+def test_host_overhead_is_for_cpu_traces():
+    assert dispatch.host_overhead(context([_tiny_rank()], total_us=2010)) == []
+
+
+def _loader_rank():
+    """DataLoader __next__ 0–600 holding aten::empty 10–20; then mm 600–900 and add 905–910."""
+    ops = [op("ProfilerStep#1", cat=ANNOT, ts=0, end=1000),
+           op("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", cat=ANNOT, ts=0, end=600),
+           op("aten::empty", ts=10, end=20), op("aten::mm", ts=600, end=900), op("aten::add", ts=905, end=910)]
+    acts = [cpu("aten::empty", 2, 10, 20), kernel("aten::mm", op=3, ts=600, dur=300, category="gemm",
+                                                  bound="compute", kind="cpu_op", stream=1),
+            cpu("aten::add", 4, 905, 910)]
+    return rank(ops, acts)
+
+
+def test_cpu_data_loader_saves_the_time_inside_next():
+    ctx = context([_loader_rank()], total_us=900, trace_kind="cpu")
+    (r,) = host.data_loader(ctx)
+    # The window runs from the first activity (10) to the last (910); __next__ covers 10–600 of it:
+    # 590 µs, 10 of them in aten::empty (an activity), 580 waiting.
+    assert r.kind == "data_loader"
+    assert r.est_saving_us == pytest.approx(590.0) and r.idle_us == pytest.approx(580.0)
+    assert sorted(r.acts[0].tolist()) == [0]
+    assert "_MultiProcessingDataLoaderIter" in r.finding.evidence[0]
+    assert "persistent_workers=True" in r.finding.fix and "pin_memory" not in r.finding.fix
+
+
+def test_loader_wait_is_not_host_overhead_too():
+    results = run_rules(context([_loader_rank()], total_us=900, trace_kind="cpu"))
+    by = {r.kind: r.est_saving_us for r in results}
+    # The 580 µs between empty and mm lie inside __next__: the data loader's. Only 900→905 is a
+    # dispatch gap: 5 µs = 0.56 % of the window.
+    assert by == {"data_loader": pytest.approx(590.0), "host_bound": pytest.approx(5.0)}
+
+
+def test_gpu_host_wait_names_the_host_gaps_and_a_per_parameter_step():
+    """GPU trace: Optimizer.step 0–395 dispatching 20 add_ ops (10 µs each, 10 µs apart) with one
+    2 µs kernel each, then relu 410–420. The GPU idles between the kernels; the host-side gaps are
+    the 19 × 10 µs in the step + 20 µs before relu."""
+    ops = [op("ProfilerStep#1", cat=ANNOT, ts=0, end=420), op("Optimizer.step#SGD.step", cat=ANNOT, ts=0, end=395)]
+    acts = []
+    for k in range(20):
+        ops.append(op("aten::add_", ts=20 * k, end=20 * k + 10))
+        acts.append(kernel("vectorized_elementwise_kernel", op=len(ops) - 1, ts=20 * k + 8, dur=2,
+                           category="elementwise", bound="memory", bytes=64.0))
+    ops.append(op("aten::relu", ts=410, end=420, module="net.fc"))
+    acts.append(kernel("relu_kernel", op=len(ops) - 1, ts=418, dur=2, category="elementwise", bound="memory"))
+    a = rank(ops, acts)
+    g = host_gaps(a)
+    assert g.gap_us == pytest.approx(19 * 10 + 20) and g.where["optimizer step"] == [190.0, 19]
+    idle = {"host_wait_us": 300.0, "gaps": 20, "causes": {"sync_us": 0.0, "data_loader_us": 0.0}}
+    launch = {"kernels": 21, "short_kernels": 21, "short_kernel_us": 42.0, "cpu_launch_us": 60.0,
+              "gpu_busy_us": 42.0, "launch_bound": True, "mean_queue_length": 0.1}
+    (r,) = run_rules(context([a], total_us=412, extras={"idle": idle, "launch": launch}))
+    # The saving stays the device idle the host wait causes (300 µs); the host gaps explain it.
+    assert r.kind == "launch_overhead" and r.est_saving_us == pytest.approx(300.0)
+    assert "210 µs of short gaps" in r.finding.evidence[-1] and "optimizer step 190 µs" in r.finding.evidence[-1]
+    assert "torch.optim.SGD(params, lr=lr, foreach=True)" in r.finding.fix and "20 per-parameter ops" in r.finding.fix
