@@ -25,21 +25,21 @@ def _trace():
                             "end": [50.0, 180.0], "dur": [30.0, 20.0]})
     ops = pd.DataFrame({"name": ["enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"],
                         "ts": [5.0], "end": [120.0]})
-    return SimpleNamespace(tables=SimpleNamespace(runtime=runtime), ops=ops), acts
+    return SimpleNamespace(tables=SimpleNamespace(runtime=runtime), ops=ops, rank=0), acts
 
 
 def test_idle_counts_the_syncs_inside_the_loader():
     idle = idle_breakdown(*_trace())
-    assert idle["host_wait_us"] == pytest.approx(180.0)
+    assert idle.host_wait_us == pytest.approx(180.0)
     # Both gaps hold a sync that returned in them: 90 + 90. The loader covers 90 + 10 of the gaps,
     # and the syncs' gaps are exactly those: 100 µs seen by both causes.
-    assert idle["causes"]["sync_us"] == pytest.approx(180.0)
-    assert idle["causes"]["data_loader_us"] == pytest.approx(100.0)
-    assert idle["causes"]["sync_in_data_loader_us"] == pytest.approx(100.0)
+    assert idle.sync_us == pytest.approx(180.0)
+    assert idle.data_loader_us == pytest.approx(100.0)
+    assert idle.sync_in_data_loader_us == pytest.approx(100.0)
 
 
 def test_sync_and_loader_findings_split_the_wait_once():
-    idle = idle_breakdown(*_trace())
+    idle = idle_breakdown(*_trace()).to_dict()
     launch = {"kernels": 3, "short_kernels": 0, "short_kernel_us": 0.0, "cpu_launch_us": 10.0,
               "gpu_busy_us": 30.0, "launch_bound": False, "mean_queue_length": 1.0}
     ctx = context([rank([], [])], total_us=210, extras={"idle": idle, "launch": launch})
