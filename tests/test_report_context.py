@@ -230,7 +230,7 @@ def test_timeline_idle_total_and_counts():
     assert rows["Host wait"]["share"] == pytest.approx(100 * 13646 / 790654)
     assert rows["Other"]["share"] == pytest.approx(100 * 774669 / 790654)
     assert rows["Gaps"]["value"] == "7,071" and rows["Gaps"]["share"] is None
-    assert [r["value"] for r in rows["Causes"]["child"]["rows"]] == ["8.39 ms", "0 µs", "0 µs"]
+    assert [r["value"] for r in rows["Causes"]["child"]["rows"]] == ["8.39 ms", "0 µs", "0 µs", "0 µs"]  # sync, loader, pageable, sync in loader
     assert rows["Top syncs"]["child"]["rows"] == [["cudaDeviceSynchronize", "1", "158 ms"]]
 
 

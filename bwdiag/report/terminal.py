@@ -105,9 +105,11 @@ def print_summary(
                            "the window totals", style="yellow"))
     if v["dominant"]:
         console.print(
-            Text(f"{v['headline']} ({fmt_pct(v['dominant_pct'])} of the time)",
+            Text(f"{v['headline_base']} ({fmt_pct(v['dominant_pct'])} of the time)",
                  style=f"bold {BOUND_STYLES[v['dominant']]}")
         )
+        for note in v["headline_notes"]:  # what the one-class verdict leaves out (verdict._headline)
+            console.print(Text(f"… {note}", style=BOUND_STYLES[v["dominant"]]))
     console.print(_bar(v["bars"]))
     console.print(_legend(v["bars"]))
 

@@ -62,7 +62,7 @@ def build_verdict(d: Diagnosis) -> dict:
         "bars": bars,
         "dominant": dominant["key"] if dominant else None,
         "dominant_pct": dominant["pct"] if dominant else None,
-        "headline": _headline(d, bars, dominant),
+        **_headline(d, bars, dominant),
         "top_findings": [
             {"kind": f.kind, "title": f.title, "saving_us": f.est_saving_us,
              "saving_pct": f.est_saving_pct, **saving_shown(f)}
@@ -98,13 +98,18 @@ def step_noise_pct(d: Diagnosis) -> float | None:
     return 100.0 * (t.step_max_us - t.step_min_us) / (2.0 * t.step_us)
 
 
-def _headline(d: Diagnosis, bars: list[dict], dominant: dict | None) -> str:
+def _headline(d: Diagnosis, bars: list[dict], dominant: dict | None) -> dict:
     """The dominant class's sentence, qualified when it does not tell the whole story: the runner-up
     within the steps' run-to-run noise (the verdict would flip between runs), or most of the
-    dominant time far below its roof (overhead, not the roof, sets the time)."""
+    dominant time far below its roof (overhead, not the roof, sets the time).
+
+    ``headline_base`` is the sentence, ``headline_notes`` the qualifiers, ``headline`` both joined.
+    """
     if dominant is None:
-        return "No time in the analysed window"
-    text = HEADLINES[dominant["key"]]
+        return {"headline": "No time in the analysed window", "headline_base": "No time in the analysed window",
+                "headline_notes": []}
+    base = HEADLINES[dominant["key"]]
+    notes: list[str] = []
     ranked = sorted(bars, key=lambda b: -b["us"])
     if len(ranked) > 1 and ranked[1]["us"] > 0:
         second = ranked[1]
@@ -113,8 +118,8 @@ def _headline(d: Diagnosis, bars: list[dict], dominant: dict | None) -> str:
         points = max(MIN_NOISE_POINTS, (noise or 0.0) * dominant["pct"] / 100.0)
         if dominant["pct"] - second["pct"] < points:
             why = f"steps vary ±{noise:.0f}%" if noise else "too close to call"
-            text += (f" — but {second['label'].lower()} ({second['pct']:.1f}%) is within the run-to-run "
-                     f"noise of it ({dominant['pct']:.1f}%; {why}): the two are a tie")
+            notes.append(f"but {second['label'].lower()} ({second['pct']:.1f}%) is within the run-to-run "
+                         f"noise of it ({dominant['pct']:.1f}%; {why}): the two are a tie")
     if dominant["key"] in ("compute", "memory"):
         placed = [k for k in d.kernels if k.bound == dominant["key"]]
         total = sum(num(k.total_us) for k in placed)
@@ -122,10 +127,10 @@ def _headline(d: Diagnosis, bars: list[dict], dominant: dict | None) -> str:
                   if k.pct_of_ceiling is not None and k.pct_of_ceiling < FAR_BELOW_ROOF_PCT)
         if total > 0 and far / total >= 0.5:
             roof = "its roof" if d.device.spec_source != "assumed" else "its (assumed) roof"
-            text += (f" — yet {100.0 * far / total:.0f}% of that time runs at under "
-                     f"{FAR_BELOW_ROOF_PCT:.0f}% of {roof}: per-op overhead (dispatch, launches, small "
-                     "shapes) sets the time, not the roof")
-    return text
+            notes.append(f"yet {100.0 * far / total:.0f}% of that time runs at under "
+                         f"{FAR_BELOW_ROOF_PCT:.0f}% of {roof}: per-op overhead (dispatch, launches, small "
+                         "shapes) sets the time, not the roof")
+    return {"headline": " — ".join([base, *notes]), "headline_base": base, "headline_notes": notes}
 
 
 def _abnormal(d: Diagnosis) -> list[tuple[int, float]]:
