@@ -47,7 +47,7 @@ def test_analyze_writes_and_appends_the_summary(tmp_path: Path) -> None:
     findings = d["findings"]
     assert len(rows) == min(5, len(findings)) >= 1
     for row, f in zip(rows, findings):
-        assert row[1] == md_text(f["title"]) and row[3] == f["kind"]
+        assert row[1] == md_text(f["title"]) and row[3] == md_text(f["kind"])
         assert row[2].startswith(fmt_time(f["est_saving_per_step_us"]) + " (")
     assert f"report: `{tmp_path / 'out' / 'report.html'}`" in text
 
