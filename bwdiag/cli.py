@@ -235,6 +235,9 @@ _RUN_SETTINGS = {
 @click.option("--nproc-per-node", type=int, default=None, help="Launch N ranks on this node through torch.distributed.run.")
 @click.option("--analyze/--no-analyze", default=True, show_default=True, help="Write diagnosis.json and report.html after the run.")
 @click.option("--device-spec", type=click.Path(path_type=Path, dir_okay=False), default=None, metavar="FILE", help=_DEVICE_SPEC_HELP)
+@click.option("--baseline", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="An earlier run's output folder (or trace): after the analysis, print `bwdiag diff DIR OUT` "
+                   "and write diff.json/diff.html beside the report.")
 @click.option("--rank-only", is_flag=True, hidden=True)
 @click.option("--rank-timeout", type=float, default=DEFAULT_RANK_TIMEOUT_S, show_default=True, help="Seconds rank 0 waits for the other ranks under torchrun.")
 @click.argument("target", metavar="SCRIPT.py|MODULE")
@@ -252,6 +255,7 @@ def run_command(
     nproc_per_node: int | None,
     analyze: bool,
     device_spec: Path | None,
+    baseline: Path | None,
     rank_only: bool,
     rank_timeout: float,
     target: str,
@@ -290,5 +294,6 @@ def run_command(
         nproc_per_node=nproc_per_node,
         rank_only=rank_only,
         rank_timeout_s=rank_timeout,
+        baseline=baseline,
     )
     run(Target(target, is_module=module), script_args, config, argv=["bwdiag", *sys.argv[1:]])

@@ -279,3 +279,23 @@ def test_world_size_and_rank_sets(bert):
     doc = compare(bert, other)
     assert doc["warnings"] == [] and any(n.startswith("other ranks: BEFORE has ranks [0], AFTER [3]")
                                          for n in doc["notes"])
+
+
+def test_run_with_a_baseline_prints_the_diff(sleep_runs, tmp_path):
+    """``bwdiag run --baseline DIR``: the script runs as under python, then the diff against DIR is
+    printed (prefixed) and written beside the report; a missing baseline is refused before the script."""
+    script = tmp_path / "sleep1.py"
+    script.write_text(_WORKLOAD.format(sleeps=1))
+    out = tmp_path / "after"
+    result = _cli("run", "--wait", "1", "--warmup", "1", "--active", "6", "--baseline", str(sleep_runs[2]),
+                  "-o", str(out), str(script), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert all(line.startswith("bwdiag: ") for line in result.stderr.splitlines())
+    assert f"bwdiag: bwdiag diff {sleep_runs[2].name} → {out.name}" in result.stderr
+    doc = json.loads((out / "diff.json").read_text())
+    assert doc["step"]["verdict"] == "faster"  # one 50 ms sleep fewer per step
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
+        "diagnosis.json", "diff.html", "diff.json", "rank0.pt.trace.json.gz", "report.html"]
+    missing = _cli("run", "--baseline", str(tmp_path / "nope"), "-o", str(tmp_path / "o2"), str(script), cwd=tmp_path)
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "--baseline" in missing.stderr
+    assert not (tmp_path / "o2").exists()

@@ -13,7 +13,9 @@ analysing.
 
 from __future__ import annotations
 
+import io
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from bwdiag.capture.folder import (
+    PREFIX,
     default_out_dir,
     launch_time,
     prepare_out_dir,
@@ -53,6 +56,8 @@ class RunConfig:
     nproc_per_node: int | None = None
     rank_only: bool = False
     rank_timeout_s: float = DEFAULT_RANK_TIMEOUT_S
+    baseline: Path | None = None  # an earlier run to diff against once analysed
+
 
 
 def run(target: Target, args: Sequence[str], config: RunConfig, *, argv: Sequence[str]) -> NoReturn:
@@ -62,6 +67,8 @@ def run(target: Target, args: Sequence[str], config: RunConfig, *, argv: Sequenc
     (exit 2) before the script starts when the target or the output folder is unusable.
     """
     check_target(target)
+    if config.baseline is not None and not Path(config.baseline).exists():
+        raise BwdiagError(f"--baseline {config.baseline}: no such file or folder (an earlier run's output folder)")
     if config.nproc_per_node is not None:
         raise SystemExit(launch_ranks(target, args, config))
 
@@ -143,7 +150,29 @@ def _analyze_and_tell(out: Path, traces: list[Path], config: RunConfig) -> None:
         return
     diagnosis, outputs = analyze_traces(traces, out, force=config.force, device_spec=config.device_spec)
     print_summary_prefixed(diagnosis, outputs)  # ends with the json and html paths
+    if config.baseline is not None:
+        _diff_with_baseline(out, config)
     say_line(f"output folder: {out}")
+
+
+def _diff_with_baseline(out: Path, config: RunConfig) -> None:
+    """``bwdiag diff BASELINE OUT`` after the analysis, its summary prefixed like the rest; a diff
+    that cannot be made is one line (the run itself went fine)."""
+    from bwdiag import diff
+    from bwdiag.diff.render import print_diff
+
+    try:
+        diff.check_output_dir(out, force=config.force)
+        doc = diff.diff(config.baseline, out, device_spec=config.device_spec)
+        outputs = diff.write_outputs(doc, out)
+    except BwdiagError as err:
+        say_line(f"no diff with the baseline: {err}")
+        return
+    buffer = io.StringIO()
+    width = max(40, shutil.get_terminal_size().columns - len(PREFIX))
+    print_diff(doc, outputs=outputs, file=buffer, width=width)
+    for line in buffer.getvalue().rstrip("\n").splitlines():
+        say_line(line)
 
 
 def launch_ranks(target: Target, args: Sequence[str], config: RunConfig) -> int:
