@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from bwdiag.diagnose.model import Diagnosis
 from bwdiag.errors import OutputError
@@ -85,16 +85,17 @@ def _import_analysis() -> None:
     import bwdiag.trace.link  # noqa: F401
 
 
-def check_output_dir(out_dir: Path, *, force: bool = False) -> None:
+def check_output_dir(out_dir: Path, *, force: bool = False, names: Iterable[str] | None = None) -> None:
     """Refuse, before any work, an output folder that would be overwritten or cannot be written.
 
+    ``names`` are the files the command writes there (default: diagnosis.json and report.html).
     Nothing is created here, so a refused or failed analysis leaves no empty folder behind.
     """
     out_dir = Path(out_dir)
     if out_dir.exists():
         if not out_dir.is_dir():
             raise OutputError(f"{out_dir}: exists and is not a folder; choose another -o/--out")
-        existing = [n for n in OUTPUT_NAMES.values() if (out_dir / n).exists()]
+        existing = [n for n in (OUTPUT_NAMES.values() if names is None else names) if (out_dir / n).exists()]
         if existing and not force:
             raise OutputError(
                 f"{out_dir}: already holds {', '.join(existing)}; pass --force to overwrite or choose another -o/--out"

@@ -30,20 +30,10 @@ def default_out(after: str | os.PathLike) -> Path:
 
 def check_output_dir(out_dir: Path, *, force: bool = False) -> None:
     """Refuse, before any analysis, an output folder that already holds a diff (without ``force``)
-    or cannot be written."""
-    out_dir = Path(out_dir)
-    if out_dir.exists():
-        if not out_dir.is_dir():
-            raise OutputError(f"{out_dir}: exists and is not a folder; choose another -o/--out")
-        existing = [n for n in OUTPUT_NAMES.values() if (out_dir / n).exists()]
-        if existing and not force:
-            raise OutputError(f"{out_dir}: already holds {', '.join(existing)}; pass --force to overwrite "
-                              "or choose another -o/--out")
-        target = out_dir
-    else:
-        target = next((p for p in out_dir.absolute().parents if p.exists()), Path("/"))
-    if not target.is_dir() or not os.access(target, os.W_OK | os.X_OK):
-        raise OutputError(f"{out_dir}: {target} is not a writable folder; choose another -o/--out")
+    or cannot be written (the same checks as ``bwdiag analyze``'s, for diff.json and diff.html)."""
+    from bwdiag.pipeline import check_output_dir as check
+
+    check(out_dir, force=force, names=OUTPUT_NAMES.values())
 
 
 def diff(before: str | os.PathLike, after: str | os.PathLike, *, fail_if_slower: float | None = None,

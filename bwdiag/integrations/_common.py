@@ -5,6 +5,7 @@ as metrics and lines for the framework's logger."""
 from __future__ import annotations
 
 import importlib
+import os
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -92,6 +93,29 @@ class CaptureDriver:
             return self.diagnosis
         except NoDiagnosis:
             return None
+
+
+class CapturingCallback:
+    """What every framework callback holds: its output folder, whether it logs the verdict, the
+    :class:`CaptureDriver`, and the ``diagnosis`` / ``profile`` it exposes."""
+
+    def _init_capture(self, out: Any, log: bool, **options: Any) -> None:
+        if out is not None and not isinstance(out, (str, os.PathLike)):
+            raise TypeError(f"out must be a path (str or os.PathLike), got {type(out).__name__}")
+        self.out = Path(out) if out is not None else None
+        self.log = log
+        self._capture = CaptureDriver(options)
+
+    @property
+    def diagnosis(self) -> DiagnosisView:
+        """The diagnosis (on the process that writes the report, once the window closed or training
+        ended); raises :class:`~bwdiag.errors.NoDiagnosis` saying why there is none."""
+        return self._capture.diagnosis
+
+    @property
+    def profile(self):
+        """The :class:`bwdiag.Profile` behind the callback (None before the first step)."""
+        return self._capture.profile
 
 
 def verdict_metrics(view: DiagnosisView) -> dict[str, float]:

@@ -28,10 +28,9 @@ from typing import Any
 
 from bwdiag.capture.folder import default_out_dir, launch_time, say_line, unique_default
 from bwdiag.capture.options import DEFAULT_ACTIVE, DEFAULT_RANK_TIMEOUT_S, DEFAULT_WAIT, DEFAULT_WARMUP
-from bwdiag.capture.view import DiagnosisView
 from bwdiag.errors import BwdiagError
 from bwdiag.integrations._common import (
-    CaptureDriver,
+    CapturingCallback,
     import_framework,
     verdict_lines,
     verdict_metrics,
@@ -45,7 +44,7 @@ pl = import_framework(("lightning.pytorch", "pytorch_lightning"), extra="lightni
 LOOPS = ("train", "validation", "test", "predict")
 
 
-class BwdiagCallback(pl.Callback):
+class BwdiagCallback(CapturingCallback, pl.Callback):
     """Capture ``wait`` skipped + ``warmup`` + ``active`` recorded batches of a Lightning loop and
     diagnose them (see the module docstring).
 
@@ -78,32 +77,16 @@ class BwdiagCallback(pl.Callback):
         log: bool = True,
     ) -> None:
         super().__init__()
-        if out is not None and not isinstance(out, (str, os.PathLike)):
-            raise TypeError(f"out must be a path (str or os.PathLike), got {type(out).__name__}")
         names = (loops,) if isinstance(loops, str) else tuple(loops)
         unknown = [n for n in names if n not in LOOPS]
         if unknown or not names:
             raise BwdiagError(f"loops must be among {', '.join(LOOPS)}; got {loops!r}")
         self.loops = frozenset(names)
-        self.out = Path(out) if out is not None else None
-        self.log = log
-        self._capture = CaptureDriver(dict(
-            wait=wait, warmup=warmup, active=active, with_stack=with_stack, with_modules=with_modules,
-            force=force, analyze=analyze, device_spec=device_spec, rank_timeout_s=rank_timeout_s,
-        ))
+        self._init_capture(out, log, wait=wait, warmup=warmup, active=active, with_stack=with_stack,
+                           with_modules=with_modules, force=force, analyze=analyze, device_spec=device_spec,
+                           rank_timeout_s=rank_timeout_s)
 
     # ------------------------------------------------------------------ results
-    @property
-    def diagnosis(self) -> DiagnosisView:
-        """The diagnosis (global rank 0, once the window closed or the loop ended); raises
-        :class:`~bwdiag.errors.NoDiagnosis` saying why there is none."""
-        return self._capture.diagnosis
-
-    @property
-    def profile(self):
-        """The :class:`bwdiag.Profile` behind the callback (None before the first step)."""
-        return self._capture.profile
-
     # ------------------------------------------------------------------ the steps
     def _begin(self, trainer: Any, pl_module: Any, loop: str) -> None:
         if loop not in self.loops or self._capture.started or trainer.sanity_checking:

@@ -28,14 +28,13 @@ from typing import Any
 
 from bwdiag.capture.folder import default_out_dir, launch_time, say_line, unique_default
 from bwdiag.capture.options import DEFAULT_ACTIVE, DEFAULT_RANK_TIMEOUT_S, DEFAULT_WAIT, DEFAULT_WARMUP
-from bwdiag.capture.view import DiagnosisView
-from bwdiag.integrations._common import CaptureDriver, import_framework, verdict_lines, verdict_metrics
+from bwdiag.integrations._common import CapturingCallback, import_framework, verdict_lines, verdict_metrics
 
 transformers = import_framework(("transformers",), extra="transformers", framework="transformers",
                                 integration="bwdiag.integrations.transformers")
 
 
-class BwdiagCallback(transformers.TrainerCallback):
+class BwdiagCallback(CapturingCallback, transformers.TrainerCallback):
     """Capture ``wait`` skipped + ``warmup`` + ``active`` recorded optimizer steps of a
     ``transformers.Trainer`` and diagnose them (see the module docstring).
 
@@ -63,25 +62,9 @@ class BwdiagCallback(transformers.TrainerCallback):
         rank_timeout_s: float = DEFAULT_RANK_TIMEOUT_S,
         log: bool = True,
     ) -> None:
-        if out is not None and not isinstance(out, (str, os.PathLike)):
-            raise TypeError(f"out must be a path (str or os.PathLike), got {type(out).__name__}")
-        self.out = Path(out) if out is not None else None
-        self.log = log
-        self._capture = CaptureDriver(dict(
-            wait=wait, warmup=warmup, active=active, with_stack=with_stack, with_modules=with_modules,
-            force=force, analyze=analyze, device_spec=device_spec, rank_timeout_s=rank_timeout_s,
-        ))
-
-    @property
-    def diagnosis(self) -> DiagnosisView:
-        """The diagnosis (process zero, once the window closed or training ended); raises
-        :class:`~bwdiag.errors.NoDiagnosis` saying why there is none."""
-        return self._capture.diagnosis
-
-    @property
-    def profile(self):
-        """The :class:`bwdiag.Profile` behind the callback (None before the first step)."""
-        return self._capture.profile
+        self._init_capture(out, log, wait=wait, warmup=warmup, active=active, with_stack=with_stack,
+                           with_modules=with_modules, force=force, analyze=analyze, device_spec=device_spec,
+                           rank_timeout_s=rank_timeout_s)
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self._capture.started:
