@@ -175,3 +175,14 @@ def test_gloo_blocking_allreduce_finding_with_its_saving_and_no_bf16_advice(gloo
     assert not any(f["kind"] == "precision" for f in d["findings"])
     assert any("not advised here: bf16/fp16 payloads" in line for line in comm["evidence"])
     assert not any("Overlap the exposed" in f["title"] for f in d["findings"])
+
+
+def test_cpu_spans_of_unknown_kind_are_no_collective_to_take_off_the_critical_path():
+    # torchrec's All2All_Pooled_Req on a CPU trace names 289 MB but its 291 µs move none of it.
+    a, rows = _comm_rank(nbytes=64 * MiB, dtype="fp32", calls=10, dur=2000.0, compute=500.0, ddp=False)
+    ctx = context([a], total_us=40000, collectives=rows, trace_kind="cpu")
+    # A known all_reduce: named, saving min(exposed 10 × 1500, the 10 × 500 µs of op time beside it).
+    r, = comm_volume.communication_volume(ctx)
+    assert r.kind == "overlap" and r.est_saving_us == pytest.approx(5000.0)
+    a.activities["collective"] = [None if c is None else "unknown" for c in a.activities["collective"]]
+    assert comm_volume.communication_volume(ctx) == []
