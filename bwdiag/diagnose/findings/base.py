@@ -96,6 +96,10 @@ class RuleContext:
         fit = self.diagnosis.comm_fit
         return fit if fit is not None and fit.alpha_us and fit.beta_bytes_per_s else None
 
+    def comm_fit_for(self, collective: str) -> CommFit | None:
+        """The α/β fit of one collective kind (``all_reduce``, ...), None without one (β zero)."""
+        return next((f for f in self.diagnosis.comm_fits if f.collective == collective and f.beta_bytes_per_s), None)
+
     # -- the window and its units --
 
     @property

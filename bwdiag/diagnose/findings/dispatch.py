@@ -90,8 +90,8 @@ def _fix(ctx: RuleContext, found, where: dict, is_tiny: bool, compiled: bool) ->
                      "torch.compile(opt.step))")
     elif in_model >= 0.8 * total:
         modules = [label for label in where if label not in _NOT_MODULES]
-        lines.append(f"model = torch.compile(model)  # the gaps are inside {modules[0]}: one compiled graph, no "
-                     f"Python between its ops")
+        lines.append(f"model = torch.compile(model)  # the gaps are inside {_common_module(modules)}: one compiled "
+                     f"graph, no Python between its ops")
     elif "outside any module" in where:
         lines.append("train_step = torch.compile(train_step)  # the function that runs forward, loss and backward: "
                      "the gaps are outside the model's modules too (loss, user code), so compiling the model alone "
@@ -114,6 +114,20 @@ def _fix(ctx: RuleContext, found, where: dict, is_tiny: bool, compiled: bool) ->
     if is_tiny:
         lines.append("# or larger batches / fewer, larger tensors: the same number of ops, more work in each")
     return "\n".join(lines)
+
+
+def _common_module(paths: list[str]) -> str:
+    """The module that holds every path (``Decoder`` for ``Decoder.tok`` and ``Decoder.layers.*.attn``),
+    else "the model's modules (…)" naming a few of them (paths relative to the top-level model)."""
+    split = [p.split(".") for p in paths]
+    common = []
+    for parts in zip(*split):
+        if len(set(parts)) != 1 or parts[0] == "*":
+            break
+        common.append(parts[0])
+    if common:
+        return ".".join(common)
+    return "the model's modules (" + ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "") + ")"
 
 
 __all__ = ["host_overhead"]

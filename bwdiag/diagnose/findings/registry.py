@@ -31,6 +31,7 @@ from typing import Callable
 from bwdiag.diagnose.findings.attention import attention_materialisation
 from bwdiag.diagnose.findings.base import RuleContext, RuleResult
 from bwdiag.diagnose.findings.batching import small_kernels
+from bwdiag.diagnose.findings.comm_volume import communication_volume
 from bwdiag.diagnose.findings.dispatch import host_overhead
 from bwdiag.diagnose.findings.conversions import dtype_round_trips, layout_conversions
 from bwdiag.diagnose.findings.fusion import fusion
@@ -78,6 +79,8 @@ RULES: tuple[Rule, ...] = (
     Rule("pageable_memcpy", pageable_memcpy),
     Rule("launch_overhead", launch_overhead),
     Rule("overlap", exposed_collectives),
+    # What shrinks the collectives themselves (bf16 payloads) and, on gloo, the blocking ones.
+    Rule("comm_volume", communication_volume),
     Rule("fp32_tensor_cores", fp32_on_vector_units),
     Rule("fp8", bf16_to_fp8),
     Rule("weight_quantization", weight_only_quantization),

@@ -1,0 +1,153 @@
+"""Predicted vs realised savings: each issue-13 workload before and after the fix its findings name.
+
+    python benchmarks/savings.py [--rounds 9] [--steps 14] [--only chain,decode] [--out DIR]
+
+For each workload of ``savings_workloads.py``:
+
+1. ``bwdiag run --step-on label:savings_step`` on the unmodified loop; the **predicted** saving of a
+   finding is its ``est_saving_per_step_us`` in that run's ``diagnosis.json``;
+2. one process builds the "before" loop and every fixed variant, warms them up, and times them in
+   interleaved rounds (``--rounds``, order alternating each round), each step with
+   ``time.perf_counter``; a variant's step time is the median over rounds of each round's median;
+3. **realised** = median step before − median step after; ratio = realised / predicted.
+
+The profiler slows the recorded steps (here 2–4× for tiny ops: every op pays its recording), so a
+finding's absolute µs are µs of a profiled step. The prediction compared is therefore its share of
+the profiled median step (``est_saving_per_step_us / time.step_us``) times the unprofiled median
+step before; the raw µs are kept in ``savings.json`` (``predicted_profiled_us``).
+
+The top finding's row is the goal (ratio within 0.5–2); each of the top three findings that a
+variant implements is timed too, and any that makes the step slower (beyond the rounds' spread) is
+flagged. Torch runs on one thread everywhere. Prints a Markdown table (the one in
+benchmarks/README.md) and writes the raw figures to ``DIR/savings.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from savings_workloads import DISTRIBUTED, STEP_LABEL, WORKLOADS  # noqa: E402
+
+#: (workload, finding kind, title pattern) -> the variant that applies that finding's fix.
+FIXES = (
+    ("tiny_ops", "host_bound", r"tiny ops", "compile"),
+    ("tiny_ops", "fusion", r"optimizer|per.parameter|SGD", "foreach"),
+    ("chain", "fusion", r"Fuse", "compile"),
+    ("decode", "host_bound", r"tiny ops|Python", "compile"),
+    ("slow_loader", "data_loader", r"DataLoader", "workers8"),
+    ("gloo_allreduce", "overlap", r"all_reduce", "async"),
+    ("gloo_allreduce", "precision", r"bf16", "bf16"),
+    ("transformer", "host_bound", r"tiny ops|Python", "compile"),
+    ("transformer", "fusion", r"AdamW", "fused"),
+    ("transformer", "fusion", r"zero_ → _log_softmax", "compile_loss"),
+)
+
+
+def variant_for(workload: str, finding: dict) -> str | None:
+    for w, kind, pattern, variant in FIXES:
+        if w == workload and finding["kind"] == kind and re.search(pattern, finding["title"]):
+            return variant
+    return None
+
+
+def diagnose(workload: str, out: Path, steps: int) -> dict:
+    cmd = [sys.executable, "-m", "bwdiag", "run", "--step-on", f"label:{STEP_LABEL}", "--wait", "3", "--warmup", "1",
+           "--active", "4", "--force", "-o", str(out)]
+    if workload in DISTRIBUTED:
+        cmd[4:4] = ["--nproc-per-node", "2"]
+    cmd += [str(HERE / "savings_workloads.py"), workload, "run", "--steps", str(steps)]
+    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True, timeout=600)
+    return json.loads((out / "diagnosis.json").read_text())
+
+
+def time_variants(workload: str, variants: list[str], rounds: int, steps: int) -> dict[str, list[float]]:
+    cmd = [sys.executable, str(HERE / "savings_workloads.py"), workload, "time", "--rounds", str(rounds),
+           "--steps", str(steps), "--variants", ",".join(variants)]
+    done = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True, timeout=900)
+    line = [ln for ln in done.stdout.splitlines() if ln.startswith("{")][-1]
+    return json.loads(line)["median_step_us"]
+
+
+def spread(values: list[float]) -> float:
+    """Half the interquartile range of the per-round medians (µs): the noise a difference must beat."""
+    q = statistics.quantiles(values, n=4) if len(values) >= 2 else [values[0]] * 3
+    return (q[2] - q[0]) / 2
+
+
+def measure(workload: str, out: Path, rounds: int, steps: int) -> dict:
+    diagnosis = diagnose(workload, out / workload, steps=12)
+    top3 = diagnosis["findings"][:3]
+    wanted = [v for f in top3 if (v := variant_for(workload, f))]
+    variants = ["before", *dict.fromkeys(wanted)]
+    timed = time_variants(workload, variants, rounds, steps) if len(variants) > 1 else {
+        "before": time_variants(workload, ["before"], rounds, steps)["before"]}
+    before = statistics.median(timed["before"])
+    rows = []
+    for rank, f in enumerate(top3, 1):
+        v = variant_for(workload, f)
+        raw = f.get("est_saving_per_step_us")
+        share = raw / diagnosis["time"]["step_us"] if raw is not None and diagnosis["time"].get("step_us") else None
+        row = {"rank": rank, "kind": f["kind"], "title": f["title"], "predicted_profiled_us": raw,
+               "predicted_share": share, "predicted_us": None if share is None else share * before, "variant": v}
+        if v:
+            after = statistics.median(timed[v])
+            row.update(after_us=after, realised_us=before - after,
+                       noise_us=spread(timed["before"]) + spread(timed[v]))
+            row["ratio"] = row["realised_us"] / row["predicted_us"] if row["predicted_us"] else None
+            row["realised_share"] = row["realised_us"] / before
+            row["slower"] = row["realised_us"] < -row["noise_us"]
+        rows.append(row)
+    return {"workload": workload, "step_us_bwdiag": diagnosis["time"]["step_us"], "before_us": before,
+            "before_rounds_us": timed["before"], "rounds_us": timed, "findings": rows}
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| workload | # | finding (kind) | fix timed | step before | predicted (share) | realised ± noise | ratio | |",
+             "|---|---:|---|---|---:|---:|---:|---:|---|"]
+    for r in results:
+        for f in r["findings"]:
+            mark = ""
+            if f.get("ratio") is not None and f["rank"] == 1 and f["predicted_us"] > 0:
+                mark = "✔" if 0.5 <= f["ratio"] <= 2 else "✘ miss"
+            if f.get("slower"):
+                mark += " slower"
+            pred = (f"{f['predicted_us'] / 1e3:.2f} ms ({100 * f['predicted_share']:.0f}%)"
+                    if f["predicted_us"] is not None else "—")
+            real = f"{f['realised_us'] / 1e3:.2f} ms ±{f['noise_us'] / 1e3:.2f}" if f.get("variant") else "not timed"
+            ratio = f"{f['ratio']:.2f}" if f.get("ratio") is not None else "—"
+            lines.append(f"| {r['workload'] if f['rank'] == 1 else ''} | {f['rank']} | {f['title'][:60]} ({f['kind']}) | "
+                         f"{f.get('variant') or '—'} | {r['before_us'] / 1e3:.2f} ms | {pred} | {real} | {ratio} | {mark} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--steps", type=int, default=14, help="timed steps per variant per round")
+    parser.add_argument("--only", default=None, help="comma-separated workloads (default: all)")
+    parser.add_argument("--out", type=Path, default=None, help="folder for the runs and savings.json")
+    args = parser.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="bwdiag-savings-"))
+    out.mkdir(parents=True, exist_ok=True)
+    names = args.only.split(",") if args.only else list(WORKLOADS)
+    results = []
+    for name in names:
+        print(f"{name}: bwdiag run, then {args.rounds} interleaved rounds", file=sys.stderr, flush=True)
+        results.append(measure(name, out, args.rounds, args.steps))
+        (out / "savings.json").write_text(json.dumps(results, indent=1))
+    print(table(results))
+    print(f"raw figures: {out / 'savings.json'}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
