@@ -148,7 +148,19 @@ def write(target: AnnotatedTarget, diagnosis, analyses) -> list[Path]:
 
 
 def encode(doc: dict, out: Path) -> bytes:
-    data = orjson.dumps(doc)
+    """The document as Kineto lays it out: the top-level keys first (``"key": value``, with the space
+    after the colon: HTA finds a file's rank with the pattern ``"rank":\\s+N``), then ``traceEvents``,
+    one event per line; gzip-compressed when ``out`` ends in ``.gz``."""
+    import json
+
+    parts = [b"{\n"]
+    for key, value in doc.items():
+        if key != "traceEvents":
+            parts.append(f"  {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)},\n".encode("utf-8"))
+    parts.append(b'  "traceEvents": [\n')
+    parts.append(b",\n".join(orjson.dumps(ev) for ev in doc["traceEvents"]))
+    parts.append(b"\n  ]\n}\n")
+    data = b"".join(parts)
     return gzip.compress(data, compresslevel=6, mtime=0) if out.name.endswith(".gz") else data
 
 
