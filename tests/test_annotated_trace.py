@@ -348,3 +348,16 @@ def test_refuses_bad_paths_in_one_line(tmp_path):
     done = _annotate(trace, folder, report=tmp_path / "report3")  # an existing folder takes the trace's own name
     assert done.returncode == 0, done.stderr
     assert [p.name for p in folder.iterdir()] == [trace.name]
+
+
+def test_annotating_an_annotated_trace_gives_the_same_file(tmp_path):
+    """The earlier bwdiag process and args.bwdiag objects are replaced, not stacked: byte for byte
+    the file annotating the original gives (args made only for bwdiag stay, as ``{}``)."""
+    trace = SAMPLE_TRACES / "decode_kv_cache_cpu" / "rank0.pt.trace.json.gz"
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    assert _annotate(trace, first).returncode == 0
+    done = _annotate(first, second, report=tmp_path / "report2")
+    assert done.returncode == 0, done.stderr
+    a, b = _read(first), _read(second)
+    assert len(b["traceEvents"]) == len(a["traceEvents"])
+    assert b == a

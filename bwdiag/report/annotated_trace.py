@@ -170,7 +170,7 @@ def annotate_document(ann) -> dict[str, Any]:
     from bwdiag.trace.read import read_trace_file
 
     raw = read_trace_file(Path(ann.path))
-    events = raw.events
+    events = _without_earlier_annotations(raw.events)
     pending = {k: list(v) for k, v in ann.rows.items()}
     t0 = ann.t0_us
     for ev in events:
@@ -194,6 +194,25 @@ def annotate_document(ann) -> dict[str, Any]:
     doc = dict(raw.metadata)
     doc["traceEvents"] = events
     return doc
+
+
+def is_bwdiag_process(ev: Any) -> bool:
+    """Whether ``ev`` is the ``process_name`` event of a bwdiag process (an annotated trace's)."""
+    return (type(ev) is dict and ev.get("ph") == "M" and ev.get("name") == "process_name"
+            and type(ev.get("args")) is dict and ev["args"].get("name") == PROCESS_NAME)
+
+
+def _without_earlier_annotations(events: list) -> list:
+    """An annotated trace annotated again: its earlier bwdiag process and ``args.bwdiag`` objects
+    go, so the new file is what annotating the original gives."""
+    pids = {ev.get("pid") for ev in events if is_bwdiag_process(ev)}
+    if not pids:
+        return events
+    kept = [ev for ev in events if not (type(ev) is dict and ev.get("pid") in pids)]
+    for ev in kept:
+        if type(ev) is dict and type(ev.get("args")) is dict:
+            ev["args"].pop("bwdiag", None)
+    return kept
 
 
 def bwdiag_pid(events: list) -> int:
