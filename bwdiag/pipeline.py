@@ -30,11 +30,13 @@ def analyze(paths: Sequence[str | os.PathLike], *, device_spec: Path | None = No
     ``annotated``: where to write the traces back with bwdiag's classification
     (:func:`plan_annotated_trace`); the files written are in ``annotated.written`` afterwards.
     """
-    diagnosis, analyses = _analyze(paths, device_spec=device_spec, progress=progress, graph_capture=graph_capture)
+    results: list | None = [] if annotated is not None else None
+    diagnosis, analyses = _analyze(paths, device_spec=device_spec, progress=progress, graph_capture=graph_capture,
+                                   results=results)
     if annotated is not None:
         from bwdiag.report import annotated_trace
 
-        annotated.written[:] = annotated_trace.write(annotated, diagnosis, analyses)
+        annotated.written[:] = annotated_trace.write(annotated, diagnosis, analyses, results)
     return diagnosis
 
 
@@ -48,8 +50,9 @@ def plan_annotated_trace(target: str | os.PathLike, paths: Sequence[str | os.Pat
     return plan(target, find_trace_files(list(paths)), force=force)
 
 
-def _analyze(paths, *, device_spec, progress, graph_capture):
-    """The diagnosis and the per-rank analyses it was made from."""
+def _analyze(paths, *, device_spec, progress, graph_capture, results=None):
+    """The diagnosis and the per-rank analyses it was made from (``results``: a list that receives
+    the findings rules' results, see :func:`~bwdiag.diagnose.findings.add_findings`)."""
     from bwdiag.trace import find_trace_files, load_traces
 
     files = find_trace_files(list(paths))
@@ -61,7 +64,7 @@ def _analyze(paths, *, device_spec, progress, graph_capture):
         from bwdiag.diagnose.findings import add_findings
 
         diagnosis, analyses = diagnose(traces, device_spec=device_spec, load_warnings=warnings)
-        return add_findings(diagnosis, analyses), analyses
+        return add_findings(diagnosis, analyses, results_out=results), analyses
 
 
 def require_hta() -> None:

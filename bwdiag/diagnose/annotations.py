@@ -72,9 +72,10 @@ def finding_ids(diagnosis: Diagnosis) -> list[str]:
     return [f"F{i + 1}" for i in range(len(diagnosis.findings))]
 
 
-def annotations(diagnosis: Diagnosis, analyses: Sequence) -> list[RankAnnotations]:
-    """The annotations of every analysed rank (``analyses``: ``build.RankAnalysis`` per rank)."""
-    acts_of = _finding_acts(diagnosis, analyses)
+def annotations(diagnosis: Diagnosis, analyses: Sequence, results: Sequence | None = None) -> list[RankAnnotations]:
+    """The annotations of every analysed rank (``analyses``: ``build.RankAnalysis`` per rank;
+    ``results``: the findings rules' ``RuleResult`` s when the caller kept them, else the rules run again)."""
+    acts_of = _finding_acts(diagnosis, analyses, results)
     ids = finding_ids(diagnosis)
     out = []
     for pos, a in enumerate(analyses):
@@ -83,12 +84,17 @@ def annotations(diagnosis: Diagnosis, analyses: Sequence) -> list[RankAnnotation
     return out
 
 
-def _finding_acts(diagnosis: Diagnosis, analyses: Sequence) -> dict[int, tuple[dict[int, np.ndarray], bool]]:
-    """finding position -> (rank position -> activity rows it acts on, whether it acts on no rows at all)."""
-    from bwdiag.diagnose.findings import RuleContext, run_rules
+def _finding_acts(diagnosis: Diagnosis, analyses: Sequence,
+                  results: Sequence | None) -> dict[int, tuple[dict[int, np.ndarray], bool]]:
+    """finding position -> (rank position -> activity rows it acts on, whether it acts on no rows at all).
 
-    bare = dataclasses.replace(diagnosis, findings=(), whatif=None)
-    results = run_rules(RuleContext(bare, analyses))
+    Results are paired with the diagnosis' findings by kind, title and saving, so a finding the
+    diagnosis does not list (or lists in another order) cannot take another's activities."""
+    if results is None:
+        from bwdiag.diagnose.findings import RuleContext, run_rules
+
+        bare = dataclasses.replace(diagnosis, findings=(), whatif=None)
+        results = run_rules(RuleContext(bare, analyses))
     positions: dict[tuple, list[int]] = {}
     for i, f in enumerate(diagnosis.findings):
         positions.setdefault((f.kind, f.title, f.est_saving_us), []).append(i)
@@ -121,27 +127,29 @@ def _rank(diagnosis: Diagnosis, a, ids: list[str], acts: dict[int, np.ndarray],
     labels = {g: _label(row) for g, row in groups.iterrows()} if n else {}
     rows: dict[tuple, list[dict[str, Any]]] = {}
     gid = frame["group"].to_numpy() if n else np.zeros(0, dtype=int)
-    cols = {c: frame[c].to_numpy(dtype=object) for c in ("bound", "category", "dtype", "flops", "bytes")} if n else {}
+    cols = {c: _plain_column(frame[c]) for c in ("bound", "category", "dtype", "flops", "bytes")} if n else {}
+    g_ceiling, g_pct, g_count, g_total, g_bound = (
+        {g: _plain(v) for g, v in d.items()} for d in (g_ceiling, g_pct, g_count, g_total, g_bound))
     for i in range(n):
         key = keys[i]
         if key is None:
             continue
         g = int(gid[i])
         entry = {
-            "bound": _plain(cols["bound"][i]),
-            "ceiling": _plain(g_ceiling.get(g)),
-            "pct_of_ceiling": _plain(g_pct.get(g)),
-            "flops": _plain(cols["flops"][i]),
-            "bytes": _plain(cols["bytes"][i]),
-            "category": _plain(cols["category"][i]),
-            "dtype": _plain(cols["dtype"][i]),
+            "bound": cols["bound"][i],
+            "ceiling": g_ceiling.get(g),
+            "pct_of_ceiling": g_pct.get(g),
+            "flops": cols["flops"][i],
+            "bytes": cols["bytes"][i],
+            "category": cols["category"][i],
+            "dtype": cols["dtype"][i],
             "group": labels.get(g),
-            "group_count": _plain(g_count.get(g)),
-            "group_total_us": _plain(g_total.get(g)),
+            "group_count": g_count.get(g),
+            "group_total_us": g_total.get(g),
             "findings": by_row.get(i, []),
         }
         if entry["bound"] is None:
-            entry["bound"] = _plain(g_bound.get(g))
+            entry["bound"] = g_bound.get(g)
         rows.setdefault(key, []).append(entry)
     window = _window(frame)
     return RankAnnotations(t.path, t.rank, t.tables.t0_us, t.is_gpu, rows, _counter(frame, window), window,
@@ -232,6 +240,22 @@ def _spans(diagnosis: Diagnosis, frame, ids: list[str], acts: dict[int, np.ndarr
         }
         out.append(FindingSpan(ids[i], str(f.kind), f.title, start, end, int(len(rows)), args))
     return tuple(out)
+
+
+def _plain_column(series) -> list:
+    """:func:`_plain` of every value of a column, each distinct value converted once."""
+    values = series.tolist()
+    seen: dict = {}
+    out = []
+    for v in values:
+        try:
+            got = seen[v]
+        except KeyError:
+            got = seen[v] = _plain(v)
+        except TypeError:  # unhashable
+            got = _plain(v)
+        out.append(got)
+    return out
 
 
 def _nan(value) -> bool:

@@ -111,16 +111,18 @@ def _check_writable(folder: Path, given: Path) -> None:
     os.rmdir(probe)
 
 
-def write(target: AnnotatedTarget, diagnosis, analyses) -> list[Path]:
+def write(target: AnnotatedTarget, diagnosis, analyses, results=None) -> list[Path]:
     """Annotate and write every analysed rank's trace; returns the files written, in rank order.
 
-    All files are rendered before the first is written, so a failure leaves none of this run's files.
+    ``results``: the findings rules' results (``add_findings(..., results_out=)``); run again when
+    not given. All files are rendered before the first is written, so a failure leaves none of this
+    run's files.
     """
     from bwdiag.diagnose.annotations import annotations
     from bwdiag.report.files import write_atomic
 
     rendered: list[tuple[Path, bytes]] = []
-    for ann in annotations(diagnosis, analyses):
+    for ann in annotations(diagnosis, analyses, results):
         out = target.output_for(ann.path)
         rendered.append((out, encode(annotate_document(ann), out)))
     created = []
