@@ -361,3 +361,23 @@ def test_annotating_an_annotated_trace_gives_the_same_file(tmp_path):
     a, b = _read(first), _read(second)
     assert len(b["traceEvents"]) == len(a["traceEvents"])
     assert b == a
+
+
+def test_a_truncated_trace_is_written_back_as_salvaged(tmp_path):
+    """A trace cut off mid-event (the writer was interrupted): the events bwdiag recovered are
+    written back, the cut one is not, and the file is whole JSON again; missing folders are made."""
+    trace = SAMPLE_TRACES / "decode_kv_cache_cpu" / "rank0.pt.trace.json.gz"
+    text = gzip.decompress(trace.read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(text[: int(len(text) * 0.8)])
+    out = tmp_path / "new" / "folder" / "cut-annotated.json"
+    done = _annotate(cut, out, report=tmp_path / "report")
+    assert done.returncode == 0, done.stderr
+    assert "truncated" in done.stdout
+    doc = _read(out)
+    original = json.loads(text)
+    pid = _bwdiag_pid(doc["traceEvents"])
+    kept = _strip(doc, original["traceEvents"])
+    assert 0 < len(kept) < len(original["traceEvents"])
+    assert kept == original["traceEvents"][: len(kept)]  # a prefix of the original events, unchanged
+    assert _annotated_events(doc) and pid not in {e.get("pid") for e in kept}

@@ -125,13 +125,12 @@ def write(target: AnnotatedTarget, diagnosis, analyses, results=None) -> list[Pa
     for ann in annotations(diagnosis, analyses, results):
         out = target.output_for(ann.path)
         rendered.append((out, encode(annotate_document(ann), out)))
-    created = []
-    if target.folder and not target.path.exists():
-        created = [p for p in (target.path, *target.path.parents) if not p.exists()]
-        try:
-            target.path.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise OutputError(f"{_OPTION} {target.path}: cannot create the folder ({err.strerror or err})") from None
+    folder = target.path if target.folder else target.path.parent
+    created = [p for p in (folder, *folder.parents) if not p.exists()]  # innermost first
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OutputError(f"{_OPTION} {target.path}: cannot create {folder} ({err.strerror or err})") from None
     written: list[Path] = []
     try:
         for out, data in rendered:
