@@ -137,28 +137,38 @@ def _default_out(paths: tuple[str, ...]) -> Path:
 @click.option("--summary-md", "summary_md", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
               help="Also write a short Markdown summary (verdict, step time, top findings with savings) for CI "
                    "job summaries and PR comments; appended to FILE when it exists, e.g. $GITHUB_STEP_SUMMARY.")
+@click.option("--annotated-trace", "annotated_trace", type=click.Path(path_type=Path), metavar="FILE",
+              help="Also write the trace back with bwdiag's classification, for ui.perfetto.dev / chrome://tracing: "
+                   "bound, % of ceiling, FLOPs, bytes and finding ids in each kernel's args, a time-by-bound counter "
+                   "and one slice per finding on a 'bwdiag' process. FILE.json or FILE.json.gz; a folder for several "
+                   "ranks (one file per rank). Refused if it exists, unless --force.")
 def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | None, force: bool,
             open_report: bool, graph_capture: tuple[Path, ...], with_hta: bool,
-            summary_md: Path | None = None) -> None:
+            summary_md: Path | None = None, annotated_trace: Path | None = None) -> None:
     """Diagnose saved torch.profiler traces: files (.json / .json.gz) or folders of rank files."""
     from bwdiag import pipeline
     from bwdiag.interrupts import ends_cleanly_when_interrupted
 
     out_dir = out_dir or _default_out(traces)
     pipeline.check_output_dir(out_dir, force=force)  # fail before the (long) analysis
+    annotated = pipeline.plan_annotated_trace(annotated_trace, traces, force=force) if annotated_trace else None
     if with_hta:
         pipeline.require_hta()
     global _exit_without_cleanup
     _exit_without_cleanup = True  # an interrupted analysis ends at once (bwdiag.interrupts)
     with ends_cleanly_when_interrupted() as interrupts:
         diagnosis = pipeline.analyze(traces, device_spec=device_spec, progress=sys.stderr.isatty(),
-                                     graph_capture=graph_capture or None)
+                                     graph_capture=graph_capture or None, annotated=annotated)
         hta = None
         if with_hta:
             diagnosis, hta = pipeline.compare_with_hta(traces, diagnosis, progress=sys.stderr.isatty())
         with interrupts.writing():
             outputs = pipeline.write_outputs(diagnosis, out_dir, force=True, hta=hta)
     pipeline.print_summary(diagnosis, outputs, hta=hta, file=sys.stdout)  # the command's output: `> file` keeps it
+    if annotated is not None:
+        from bwdiag.report.annotated_trace import describe
+
+        click.echo(describe(annotated.written))
     if summary_md is not None:
         from bwdiag.report.markdown import write_summary_md
 

@@ -9,21 +9,50 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from bwdiag.diagnose.model import Diagnosis
 from bwdiag.errors import OutputError
+
+if TYPE_CHECKING:
+    from bwdiag.report.annotated_trace import AnnotatedTarget
 
 OUTPUT_NAMES = {"json": "diagnosis.json", "html": "report.html"}
 
 
 def analyze(paths: Sequence[str | os.PathLike], *, device_spec: Path | None = None,
-            progress: bool = False, graph_capture: Sequence[str | os.PathLike] | None = None) -> Diagnosis:
+            progress: bool = False, graph_capture: Sequence[str | os.PathLike] | None = None,
+            annotated: AnnotatedTarget | None = None) -> Diagnosis:
     """Load the traces under ``paths`` (files and/or folders of rank files) and diagnose them.
 
     ``graph_capture``: capture-time traces (files or folders) that price CUDA/HIP graph replays;
     without it, a ``capture_traces/`` folder beside each trace is used when there is one.
+    ``annotated``: where to write the traces back with bwdiag's classification
+    (:func:`plan_annotated_trace`); the files written are in ``annotated.written`` afterwards.
     """
+    results: list | None = [] if annotated is not None else None
+    diagnosis, analyses = _analyze(paths, device_spec=device_spec, progress=progress, graph_capture=graph_capture,
+                                   results=results)
+    if annotated is not None:
+        from bwdiag.report import annotated_trace
+
+        annotated.written[:] = annotated_trace.write(annotated, diagnosis, analyses, results)
+    return diagnosis
+
+
+def plan_annotated_trace(target: str | os.PathLike, paths: Sequence[str | os.PathLike], *,
+                         force: bool = False) -> AnnotatedTarget:
+    """Check, before any work, where ``--annotated-trace`` writes the annotated copy of each trace
+    under ``paths`` (a file for one trace, a folder for several); see :mod:`bwdiag.report.annotated_trace`."""
+    from bwdiag.report.annotated_trace import plan
+    from bwdiag.trace import find_trace_files
+
+    return plan(target, find_trace_files(list(paths)), force=force)
+
+
+def _analyze(paths, *, device_spec, progress, graph_capture, results=None):
+    """The diagnosis and the per-rank analyses it was made from (``results``: a list that receives
+    the findings rules' results, see :func:`~bwdiag.diagnose.findings.add_findings`)."""
     from bwdiag.trace import find_trace_files, load_traces
 
     files = find_trace_files(list(paths))
@@ -35,7 +64,7 @@ def analyze(paths: Sequence[str | os.PathLike], *, device_spec: Path | None = No
         from bwdiag.diagnose.findings import add_findings
 
         diagnosis, analyses = diagnose(traces, device_spec=device_spec, load_warnings=warnings)
-        return add_findings(diagnosis, analyses)
+        return add_findings(diagnosis, analyses, results_out=results), analyses
 
 
 def require_hta() -> None:

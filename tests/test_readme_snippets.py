@@ -4,6 +4,7 @@ promises to write is there."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -34,7 +35,7 @@ BLOCKS = _section_blocks()
 def test_the_section_has_one_runnable_example_per_integration() -> None:
     runnable = {h: [lang for lang, _ in b if lang in ("python", "bash")] for h, b in BLOCKS.items()}
     assert runnable == {"PyTorch Lightning": ["python"], "Hugging Face Trainer": ["python"],
-                        "Notebooks": ["python"], "CI": ["bash"]}
+                        "Notebooks": ["python"], "Perfetto / chrome://tracing": ["bash"], "CI": ["bash"]}
 
 
 def _env(tmp: Path) -> dict[str, str]:
@@ -101,3 +102,18 @@ def test_ci_example_runs_as_written(tmp_path: Path) -> None:
     summary = (tmp_path / "summary.md").read_text(encoding="utf-8")
     assert summary.startswith("### bwdiag: ") and "**Top findings**" in summary
     assert (tmp_path / "bwdiag-ci" / "report.html").exists()
+
+
+def test_perfetto_example_runs_as_written(tmp_path: Path) -> None:
+    import gzip
+
+    os.symlink(SAMPLE_TRACES, tmp_path / "sample_traces")
+    result = subprocess.run(["bash", "-euc", _code("Perfetto / chrome://tracing", "bash")], cwd=tmp_path,
+                            env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "annotated trace: annotated.json.gz" in result.stdout
+    doc = json.loads(gzip.decompress((tmp_path / "annotated.json.gz").read_bytes()))
+    marked = [e for e in doc["traceEvents"] if "bwdiag" in (e.get("args") or {})]
+    assert marked and all(e["args"]["bwdiag"]["bound"] for e in marked)
+    assert any(e.get("ph") == "M" and e.get("args") == {"name": "bwdiag"} for e in doc["traceEvents"])
+    assert (tmp_path / "bwdiag-perfetto" / "report.html").exists()

@@ -19,12 +19,15 @@ from bwdiag.diagnose.model import Diagnosis
 __all__ = ["RULES", "Rule", "RuleContext", "RuleResult", "add_findings", "project", "run_rules"]
 
 
-def add_findings(diagnosis: Diagnosis, analyses) -> Diagnosis:
+def add_findings(diagnosis: Diagnosis, analyses, results_out: list | None = None) -> Diagnosis:
     """Run every rule; return the diagnosis with its findings sorted by estimated saving and the
-    what-if projection."""
+    what-if projection. ``results_out``, when given, receives the sorted ``RuleResult`` s (what each
+    finding acts on: ``--annotated-trace`` marks those activities)."""
     ctx = RuleContext(diagnosis, analyses)
     results = run_rules(ctx)
     results.sort(key=lambda r: -r.finding.est_saving_us)
+    if results_out is not None:
+        results_out.extend(results)
     projection = project(ctx, results) if results else None
     findings = [r.finding for r in results]
     scale = ctx.step_scale
