@@ -7,6 +7,17 @@ not tensor identities: this is the dataflow test they allow). Anything else on t
 a collective, a memcpy, a kernel without shapes — ends the run. View and allocation ops
 (``aten::view``, ``aten::empty`` …) move no data and do not end it. Runs over tiny tensors (every
 intermediate under ``MIN_INTERMEDIATE_BYTES``) are not reported: there is no traffic to save.
+
+What fusing saves (:attr:`Run.saving_us`): the unfused time minus the fused loop's time, which is
+the larger of two floors. *Memory*: the bytes the fused loop still moves at the bandwidth the unfused
+kernels achieved (``time × (bytes − saved) / bytes``). *Arithmetic*: what the transcendental ops
+(``sigmoid``, ``tanh``, ``exp``, ``gelu``, ``erf``, ``log``, ``pow`` …) spent beyond moving their
+bytes — their time minus twice their bytes ÷ the best bandwidth any op of the run reached (the
+factor 2 leaves an op within 2× of that line to noise: a launch, a cache miss). A fused loop still
+evaluates every ``tanh``; on a CPU thread those cost several ns per element, far beyond the
+memory time, so a chain through them is compute-bound once fused. Elementwise ops such as ``mul`` or
+``relu`` do a FLOP per element: their time beyond the bandwidth line is allocation and page faults
+of their fresh outputs, which fusion removes too, so it is not part of the floor.
 """
 
 from __future__ import annotations
@@ -39,6 +50,17 @@ NO_DATA_OPS = re.compile(
 #: dispatch or launches, not bytes — the bandwidth model of a fusion saving says nothing about them.
 MIN_INTERMEDIATE_BYTES = 4096
 
+#: Ops whose per-element arithmetic can outlast their memory traffic (a polynomial or a table per
+#: element: transcendental functions, activations built on them, their backward formulas).
+TRANSCENDENTAL = re.compile(
+    r"^aten::(sigmoid|tanh|exp|exp2|expm1|log|log2|log10|log1p|gelu|silu|mish|softplus|elu|selu|celu|"
+    r"erf|erfc|erfinv|pow|sin|cos|tan|asin|acos|atan|atan2|sinh|cosh|asinh|acosh|atanh|logit|"
+    r"log_sigmoid_forward|_?softmax|_?log_softmax|gelu_backward|silu_backward|mish_backward|"
+    r"softplus_backward|elu_backward|log_sigmoid_backward|lgamma|digamma)_?$"
+)
+#: An op's time counts as arithmetic only beyond this many times its memory time at the run's best bandwidth.
+ARITHMETIC_MARGIN = 2.0
+
 #: Kernels a compiler already produced (fusing them again is not advice).
 COMPILED = re.compile(r"^triton_|fused_|_fused|cutlass|__nv_", re.I)
 
@@ -51,15 +73,29 @@ class Run:
     bytes: float  # what the unfused kernels move
     saved_bytes: float  # intermediates a fused kernel keeps on chip (written and read back once)
     time_us: float  # the kernels' summed time
+    arithmetic_us: float = 0.0  # transcendental ops' time beyond their memory time: the fused loop pays it
+    best_bytes_per_s: float = 0.0  # the highest bandwidth an op of the run reached (the memory line)
+    arithmetic_ops: tuple = ()  # names of the ops that contributed to ``arithmetic_us``
 
     @property
     def achieved_bytes_per_s(self) -> float:
         return self.bytes / (self.time_us / 1e6)
 
     @property
+    def memory_floor_us(self) -> float:
+        """The fused loop's memory time: the bytes it still moves at the run's achieved bandwidth."""
+        return (self.bytes - self.saved_bytes) / self.achieved_bytes_per_s * 1e6
+
+    @property
+    def compute_bound(self) -> bool:
+        """Whether the fused loop is bound by the transcendental ops' arithmetic, not by its bytes."""
+        return self.arithmetic_us > self.memory_floor_us
+
+    @property
     def saving_us(self) -> float:
-        """Saved bytes at the run's own achieved bandwidth."""
-        return self.saved_bytes / self.achieved_bytes_per_s * 1e6
+        """Unfused time − the fused loop's time (the larger of its memory and arithmetic floors);
+        without an arithmetic floor: the saved bytes at the run's own achieved bandwidth."""
+        return max(0.0, self.time_us - max(self.memory_floor_us, self.arithmetic_us))
 
 
 def fusable_runs(acts: pd.DataFrame, ops: pd.DataFrame, min_kernels: int = 2) -> list[Run]:
@@ -122,9 +158,13 @@ def _close(rows: list[int], cols: dict, ops: pd.DataFrame, runs: list[Run], min_
         return
     # Bytes per op (an op's kernels share its traffic), in time order of the op's first kernel.
     per_op: dict[int, float] = {}
+    op_us: dict[int, float] = {}
+    op_name: dict[int, str] = {}
     for r in rows:
         op = int(cols["op"][r])
         per_op[op] = per_op.get(op, 0.0) + float(cols["bytes"][r])
+        op_us[op] = op_us.get(op, 0.0) + float(cols["dur"][r])
+        op_name.setdefault(op, str(cols["op_name"][r]))
     if len(per_op) < min_kernels or len({cols["op_name"][r] for r in rows}) < 2:
         return  # one op repeated over many tensors is side-by-side work, not a dataflow chain
     outs = [output_bytes(ops, op, b) for op, b in per_op.items()]
@@ -137,7 +177,25 @@ def _close(rows: list[int], cols: dict, ops: pd.DataFrame, runs: list[Run], min_
     saved = min(2.0 * sum(outs[:-1]), total - first_in - outs[-1])
     time_us = float(sum(cols["dur"][r] for r in rows))
     if saved > 0 and time_us > 0:
-        runs.append(Run(np.asarray(rows), total, saved, time_us))
+        best, arithmetic, names = arithmetic_floor([(op_name[o], per_op[o], op_us[o]) for o in per_op])
+        runs.append(Run(np.asarray(rows), total, saved, time_us, arithmetic, best, names))
+
+
+def arithmetic_floor(ops: list[tuple[str, float, float]]) -> tuple[float, float, tuple]:
+    """(best bandwidth B/s, arithmetic µs, the ops counted) of a run's ops given as (op name, bytes,
+    µs): B = the highest bytes ÷ time of any op; arithmetic = Σ over transcendental ops of
+    max(0, µs − ``ARITHMETIC_MARGIN`` × bytes ÷ B)."""
+    rates = [b / (us / 1e6) for _, b, us in ops if us > 0 and b > 0]
+    if not rates:
+        return 0.0, 0.0, ()
+    best = max(rates)
+    extra = {}
+    for name, b, us in ops:
+        if TRANSCENDENTAL.match(name):
+            over = us - ARITHMETIC_MARGIN * b / best * 1e6
+            if over > 0:
+                extra[name] = extra.get(name, 0.0) + over
+    return best, float(sum(extra.values())), tuple(extra)
 
 
 def _arrays(acts: pd.DataFrame) -> dict[str, np.ndarray]:
