@@ -141,7 +141,7 @@ def test_tiny_ops_get_a_host_overhead_finding(traces):
     assert f.est_saving_us >= _top_level_gaps(_cpu_ops(traces["tiny"]), 500.0)
     assert f.est_saving_us <= d.time.by_bound["idle"] + 1e-6
     assert f.est_saving_pct >= 10.0
-    assert "gaps" in f.evidence[0] and "optimizer step" in f.evidence[4]
+    assert "gaps" in f.evidence[0] and "optimizer step" in f.evidence[3]
     # The gaps lie in backward, the optimizer loop and outside any module: compile the step (not
     # "the model": there is none) and batch the 300 per-parameter updates.
     assert "train_step = torch.compile(train_step)" in f.fix and "model = torch.compile" not in f.fix

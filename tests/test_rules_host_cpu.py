@@ -64,10 +64,10 @@ def test_host_overhead_saves_the_short_gaps():
     # The profiler's recording of the 8 CPU ops on the thread (mul, add, MulBackward0, mul, sum, add_,
     # add_, mul; the two ranges are annotations) is named, not subtracted: 8 × 0.8 = 6.4 µs.
     assert dispatch.PROFILER_OP_US == 0.8
-    assert "≈6.4 µs of the gaps is the profiler's own recording (8 recorded ops × 0.8 µs)" in r.finding.evidence[2]
+    assert "≈6.4 µs of the gaps is the profiler's own recording (8 recorded ops × 0.8 µs)" in r.finding.evidence[1]
     assert "37 µs between its 6 top-level ops" in r.finding.evidence[0]
-    assert "optimizer step 20 µs (2), backward 15 µs (2), outside any module 5 µs (1)" in r.finding.evidence[4]
-    assert "1.92 ms in 1 gaps" in r.finding.evidence[5]
+    assert "optimizer step 20 µs (2), backward 15 µs (2), outside any module 5 µs (1)" in r.finding.evidence[3]
+    assert "1.92 ms in 1 gaps" in r.finding.evidence[4]
     # Gaps outside the model (no module at all): compile the step, not the model; 2 ops in the
     # optimizer step is no per-parameter loop (PER_PARAMETER_OPS = 16).
     assert r.finding.fix.startswith("train_step = torch.compile(train_step)")
