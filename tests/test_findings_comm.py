@@ -186,3 +186,24 @@ def test_cpu_spans_of_unknown_kind_are_no_collective_to_take_off_the_critical_pa
     assert r.kind == "overlap" and r.est_saving_us == pytest.approx(5000.0)
     a.activities["collective"] = [None if c is None else "unknown" for c in a.activities["collective"]]
     assert comm_volume.communication_volume(ctx) == []
+
+
+def test_ddp_all_reduce_after_every_micro_batch_gets_no_sync():
+    # 10 exposed 64 MiB bf16 all-reduces (no compression advice) of 2000 µs, issued by DDP inside the
+    # backward; the trace holds 4 DDP forwards and 2 optimizer steps: 2 micro-batches per step.
+    a, rows = _comm_rank(nbytes=32 * MiB, dtype="bf16", calls=10, dur=2000.0)
+    ops = a.trace.ops
+    extra = [op("nn.Module: DistributedDataParallel", cat="user_annotation") for _ in range(3)]
+    extra += [op("Optimizer.step#SGD.step", cat="user_annotation") for _ in range(2)]
+    import pandas as pd
+    a.trace.ops = pd.concat([ops, pd.DataFrame(extra)], ignore_index=True)
+    (r,) = comm_volume.communication_volume(context([a], total_us=40000, collectives=rows))
+    # Exposed: 10 × 2000 µs = 20 ms; k = 4 / 2 = 2 → no_sync on the first saves (2 − 1)/2 → 10 ms.
+    assert r.kind == "overlap" and "no_sync" in r.title and "(2 per step)" in r.title
+    assert r.est_saving_us == pytest.approx(10000.0)
+    assert "model.no_sync()" in r.finding.fix
+    # One forward per optimizer step: no accumulation, no such finding.
+    b, rows = _comm_rank(nbytes=32 * MiB, dtype="bf16", calls=10, dur=2000.0)
+    b.trace.ops = pd.concat([b.trace.ops, pd.DataFrame([op("Optimizer.step#SGD.step", cat="user_annotation")])],
+                            ignore_index=True)
+    assert comm_volume.communication_volume(context([b], total_us=40000, collectives=rows)) == []

@@ -7,7 +7,10 @@ the collective itself, chosen from what the trace shows:
   ``DistributedDataParallel``), FSDP's all-gathers / reduce-scatters, or the user's own call;
 * its dtype and regime — an fp32 message in the bandwidth regime (:mod:`bwdiag.diagnose.communication`)
   halves its transfer in bf16 (DDP: ``bf16_compress_hook``; FSDP: ``MixedPrecision``; one's own
-  call: cast it). A message already in bf16/fp16, or latency-dominated, gets no such advice.
+  call: cast it). A message already in bf16/fp16, or latency-dominated, gets no such advice;
+* how often — DDP all-reducing after each of k ≥ 2 micro-batches per optimizer step (k DDP forwards
+  per ``Optimizer.step``): ``model.no_sync()`` on the first k − 1 saves (k − 1)/k of the exposed
+  DDP all-reduce time. (Bigger buckets for latency-bound calls: :mod:`.overlap`.)
 
 The saving is worked out from the measured bandwidth and the bytes: per call the transfer takes
 ``bytes / β`` (β from the trace's own α/β fit of that collective, else the call's measured algbw, so
@@ -77,7 +80,53 @@ def communication_volume(ctx: RuleContext) -> list[RuleResult]:
         return []
     if ctx.is_cpu:
         return _cpu_blocking(ctx, groups)
-    return [r for g in groups if (r := _half_precision(ctx, g)) is not None]
+    out = [r for g in groups if (r := _half_precision(ctx, g)) is not None]
+    if (r := _no_sync(ctx, groups)) is not None:
+        out.append(r)
+    return out
+
+
+# -- GPU: gradient accumulation that all-reduces every micro-batch ---------------------------------
+
+#: A DDP forward: the module annotation (``nn.Module: DistributedDataParallel``, ``…_0``) or DDP's own range.
+_DDP_FORWARD = re.compile(r"^(nn\.Module: )?DistributedDataParallel(_\d+)?(\.forward)?$")
+_OPT_STEP = re.compile(r"^Optimizer\.step#")
+
+
+def _no_sync(ctx: RuleContext, groups: list[_Group]) -> RuleResult | None:
+    """DDP forwards per optimizer step k ≥ 2: the step accumulates gradients over k micro-batches and
+    DDP all-reduces them after every backward. ``model.no_sync()`` on the first k − 1 keeps one
+    all-reduce (of the same buckets) per step: saving = (k − 1)/k of DDP's exposed all-reduce time."""
+    ddp = [g for g in groups if g.issuer == "ddp" and g.collective == "all_reduce" and sum(g.exposed.values()) > 0]
+    if not ddp:
+        return None
+    forwards = steps = 0
+    for a in ctx.analyses:
+        names = op_column(a.trace.ops, "name").astype(str)
+        forwards += sum(1 for n in names if _DDP_FORWARD.match(n))
+        steps += sum(1 for n in names if _OPT_STEP.match(n))
+    if not steps or forwards < 2 * steps:
+        return None
+    k = forwards / steps
+    exposed = sum(sum(g.exposed.values()) for g in ddp) / ctx.ranks
+    saving = exposed * (k - 1) / k
+    if not ctx.worth_reporting(saving):
+        return None
+    calls = sum(sum(g.count.values()) for g in ddp) / ctx.ranks
+    evidence = [
+        f"{forwards / ctx.ranks:,.0f} DDP forwards for {steps / ctx.ranks:,.0f} optimizer steps: {k:.3g} micro-batches "
+        f"per step, and DDP all-reduces the gradient buckets after every backward ({calls:,.0f} calls, "
+        f"{fmt_time(exposed)} exposed)",
+        f"with no_sync on all but the last micro-batch one all-reduce per step remains: ({k:.3g} − 1)/{k:.3g} of the "
+        f"exposed time → {ctx.per_step(saving)}",
+    ]
+    fix = ("for i, batch in enumerate(micro_batches):\n"
+           "    ctx = model.no_sync() if i < len(micro_batches) - 1 else contextlib.nullcontext()\n"
+           "    with ctx:  # gradients accumulate locally; DDP all-reduces them after the last backward only\n"
+           "        loss_fn(model(batch)).backward()\n"
+           "optimizer.step()")
+    return ctx.finding(FindingKind.OVERLAP, f"Accumulate gradients without an all-reduce per micro-batch: "
+                       f"model.no_sync() ({k:.3g} per step)", saving, evidence, fix, acts=_merge_rows(ddp))
 
 
 # -- GPU: send the fp32 payload in bf16 -------------------------------------------------------------
