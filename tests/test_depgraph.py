@@ -19,6 +19,8 @@ from bwdiag.diagnose.depgraph import Change
 from bwdiag.diagnose.findings.base import RuleResult
 from bwdiag.diagnose.findings.whatif import graph_project
 from bwdiag.diagnose.model import Finding
+from tests.conftest import A100_TRAIN, CPU_OPS, H100_BERT, shared_trace
+from tests.findings_helpers import analysed
 
 
 def gpu_rank(kernels, calls, ops=()):
@@ -184,3 +186,19 @@ def test_collectives_across_ranks_wait_for_the_last_rank():
     assert (g.kind == depgraph.COLLECTIVE).sum() == 2
     assert window(g) == pytest.approx(120.0)
     assert window(g) - window(g, halve(g, {0: [0]})) == pytest.approx(50.0)
+
+
+# On real traces the replay with nothing changed must land every node on the trace's own end time
+# (and the window on the diagnosis' window): the gaps, latencies and wait tails are measured so that
+# it does. A100 rank 0 holds syncs, cross-stream waits and NCCL; BERT float-µs times; rank_non_gpu
+# is CPU-only.
+@pytest.mark.parametrize("rel", [A100_TRAIN, H100_BERT, CPU_OPS])
+def test_replay_reproduces_shared_traces(rel):
+    d, analyses = analysed(shared_trace(rel))
+    g = depgraph.build_graph(analyses)
+    t = depgraph.retime(g)
+    assert t.converged
+    assert np.abs(t.end - g.end0).max() < 1e-3
+    assert t.window_us == pytest.approx(d.time.total_us, rel=1e-9)
+    # every finding got a graph saving, never above the window
+    assert all(f.graph_saving_us is not None and -1e-6 <= f.graph_saving_us <= d.time.total_us for f in d.findings)
