@@ -48,7 +48,7 @@ WAIT_TOL_US = 3.0
 DEFAULT_LAUNCH_LATENCY_US = 5.0
 #: Re-timing gives up after this many rounds (a graph needs about one round per lane change on its
 #: longest path); the last schedule is then kept and :attr:`Timing.converged` is False.
-MAX_ROUNDS = 20_000
+MAX_ROUNDS = 5_000
 
 #: CPU-trace ops that block on a gloo collective.
 _CPU_WAIT = re.compile(r"wait|barrier|synchron", re.I)

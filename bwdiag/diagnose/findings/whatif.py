@@ -111,15 +111,21 @@ def graph_project(ctx: RuleContext, results: Sequence[RuleResult], graph: Graph 
     graph = graph if graph is not None else depgraph.build_graph(ctx.analyses)
     if graph is None or not results:
         return None
-    base = depgraph.retime(graph).window_us
+    timing = depgraph.retime(graph)
+    if not timing.converged:  # a graph too deep to re-time here: no graph figures rather than wrong ones
+        return None
+    base = timing.window_us
     changes = [change_for(ctx, graph, r) for r in results]
-    savings = tuple(float(base - depgraph.retime(graph, c).window_us) for c in changes)
-    applied, before = [], base
+    runs = [depgraph.retime(graph, c) for c in changes]
     top = changes[:PROJECTED_FINDINGS]
-    for i in range(len(top)):
-        after = base - savings[0] if i == 0 else depgraph.retime(graph, Change.combine(top[: i + 1], graph.size)).window_us
-        applied.append(float(before - after))
-        before = after
+    runs_top = [runs[0]] + [depgraph.retime(graph, Change.combine(top[: i + 1], graph.size)) for i in range(1, len(top))]
+    if not all(t.converged for t in runs + runs_top):
+        return None
+    savings = tuple(float(base - t.window_us) for t in runs)
+    applied, before = [], base
+    for t in runs_top:
+        applied.append(float(before - t.window_us))
+        before = t.window_us
     return GraphProjection(float(base), savings, tuple(applied), float(before))
 
 
