@@ -1,6 +1,6 @@
 """Do bwdiag's predicted savings come true? The dependency-graph what-if against the plain step.
 
-    python benchmarks/whatif.py --only tiny_ops,chain,decode --captures 1 --rounds 5 --steps 10
+    python benchmarks/whatif.py --only tiny_ops,chain,decode --captures 1 --rounds 3 --steps 8
         # the quick check: 5–7 minutes on 2 cores
     python benchmarks/whatif.py --captures 3 --rounds 9 --out /tmp/whatif
         # the full table of benchmarks/README.md (tiny_ops, chain, decode, transformer: ~20 minutes)

@@ -41,13 +41,16 @@ def gpu_rank(kernels, calls, ops=()):
     return SimpleNamespace(activities=acts, trace=trace)
 
 
-def cpu_rank(op_list):
-    """A CPU-only rank: leaf ops (name, start, end, tid, category) — the host is the device."""
+def cpu_rank(op_list, spans=()):
+    """A CPU-only rank: leaf ops (name, start, end, tid, category) — the host is the device — and
+    ``spans`` (name, start, end) among the trace's ops (DataLoader ``__next__``)."""
     acts = pd.DataFrame({
         "name": [o[0] for o in op_list], "kind": "cpu_op", "ts": [float(o[1]) for o in op_list],
         "end": [float(o[2]) for o in op_list], "dur": [float(o[2] - o[1]) for o in op_list],
         "stream": [o[3] for o in op_list], "category": [o[4] for o in op_list], "bound": "memory"})
-    trace = SimpleNamespace(is_gpu=False, gpu=pd.DataFrame(), ops=pd.DataFrame(columns=["name", "ts", "end"]),
+    ops = pd.DataFrame({"name": [o[0] for o in spans], "ts": [float(o[1]) for o in spans],
+                        "end": [float(o[2]) for o in spans]}, columns=["name", "ts", "end"])
+    trace = SimpleNamespace(is_gpu=False, gpu=pd.DataFrame(), ops=ops,
                             tables=SimpleNamespace(runtime=pd.DataFrame()))
     return SimpleNamespace(activities=acts, trace=trace)
 
@@ -160,6 +163,21 @@ def test_cpu_host_gaps_re_time_exactly():
     gp = graph_project(ctx, [result(30.0, idle_us=30.0, kind="host_bound"), result(5.0, {0: [1]})], g)
     assert gp.savings == pytest.approx((30.0, 5.0))
     assert gp.projected_us == pytest.approx(35.0)
+
+
+# A CPU step whose 40 µs gap (10–50) is half DataLoader __next__ (10–30), half Python: the data-loader
+# finding (20 µs) cuts the part inside the span, the host-overhead finding (20 µs) the rest; each
+# alone saves 20 µs, together they cut the whole gap: window 60 → 20, 40 µs saved (not 20: the two
+# cuts are disjoint parts of one gap and add up).
+def test_loader_and_host_gap_cuts_add_on_one_gap():
+    a = cpu_rank([("aten::mm", 0, 10, 1, "gemm"), ("aten::mm", 50, 60, 1, "gemm")],
+                 spans=[("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 10, 30)])
+    g = depgraph.build_graph([a])
+    ctx = SimpleNamespace(analyses=[a], ranks=1)
+    gp = graph_project(ctx, [result(20.0, idle_us=20.0, kind="data_loader"),
+                             result(20.0, idle_us=20.0, kind="host_bound")], g)
+    assert gp.savings == pytest.approx((20.0, 20.0))
+    assert gp.base_us - gp.projected_us == pytest.approx(40.0)
 
 
 # CPU gloo: the main thread enqueues an all-reduce (op 0–10), gloo runs it on its own thread 12–112,

@@ -105,14 +105,17 @@ class Change:
 
     @staticmethod
     def combine(changes: Sequence[Change], n: int) -> Change:
-        """Several fixes at once, each node changed once: the smallest scale, the largest cut, any
-        drop — never the product or the sum (two findings on one kernel save it once)."""
+        """Several fixes at once, each node changed once: the smallest scale (two findings on one
+        kernel save it once, never the product), any drop, and the cuts added — the findings that
+        cut gaps cut disjoint parts of them (inside DataLoader spans, or outside them while the device
+        idled; host_bound and launch_overhead never both report) — never past the gap itself
+        (:func:`retime` clips)."""
         scale, cut, drop = np.ones(n), np.zeros(n), np.zeros(n, dtype=bool)
         for c in changes:
             if c.scale is not None:
                 scale = np.minimum(scale, c.scale)
             if c.cut is not None:
-                cut = np.maximum(cut, c.cut)
+                cut = cut + c.cut
             if c.drop_waits is not None:
                 drop |= c.drop_waits
         return Change(scale, cut, drop)

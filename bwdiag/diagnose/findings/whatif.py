@@ -14,7 +14,8 @@ they lose its saving, its ``idle_us`` becomes host time removed (or sync waits d
 kernel saving while the device waits on the host projects to ~0, a saving on a stream that another
 stream hides projects to what the other stream leaves, and removing host time helps only where the
 device waited. Each finding gets its own graph saving; the top findings applied together (each
-node changed once: the smallest scale, the largest cut) give ``WhatIf.graph_projected_us``.
+node changed once: the smallest scale; gap cuts add up, never past the gap) give
+``WhatIf.graph_projected_us``.
 """
 
 from __future__ import annotations
