@@ -382,7 +382,9 @@ class AppliedFinding(Record):
 
 @dataclass(frozen=True)
 class WhatIf(Record):
-    """The window projected if the top findings were fixed (``diagnose.findings.whatif``)."""
+    """The window projected if the top findings were fixed (``diagnose.findings.whatif``):
+    ``projected_us`` by subtracting their savings (capped per bound class), ``graph_projected_us``
+    by re-timing the trace's dependency graph with them applied (``diagnose.depgraph``)."""
 
     findings: tuple[AppliedFinding, ...]
     total_us: float
