@@ -203,8 +203,8 @@ DISTRIBUTED = {"gloo_allreduce"}
 # -- running and timing ---------------------------------------------------------------------------
 
 
-def run_loop(name: str, steps: int) -> None:
-    step = WORKLOADS[name][0]("before")
+def run_loop(name: str, steps: int, variant: str = "before") -> None:
+    step = WORKLOADS[name][0](variant)
     for _ in range(steps):
         with torch.profiler.record_function(STEP_LABEL):
             step()
@@ -262,6 +262,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=14)
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--variants", default=None, help="comma-separated (default: all of the workload's)")
+    parser.add_argument("--variant", default="before", help="run mode: the variant to run (default: before)")
     parser.add_argument("--port", type=int, default=29631)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -271,11 +272,11 @@ def main() -> None:
 
             dist.init_process_group("gloo")  # under torchrun (bwdiag run --nproc-per-node 2)
             try:
-                run_loop(args.workload, args.steps)
+                run_loop(args.workload, args.steps, args.variant)
             finally:
                 dist.destroy_process_group()
         else:
-            run_loop(args.workload, args.steps)
+            run_loop(args.workload, args.steps, args.variant)
         return
     variants = args.variants.split(",") if args.variants else list(WORKLOADS[args.workload][1])
     timing = {"variants": variants, "rounds": args.rounds, "steps": args.steps}

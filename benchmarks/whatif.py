@@ -1,157 +1,162 @@
-"""Do bwdiag's predicted savings come true? Capture CPU workloads before and after the fix their top
-finding proposes, ``bwdiag diff`` the two runs, and print predicted vs realised per finding.
+"""Do bwdiag's predicted savings come true? The dependency-graph what-if against the plain step.
 
-    python benchmarks/whatif.py [--workloads adamw,cast,permute,chain] [--active 5] [--out DIR]
+    python benchmarks/whatif.py --only tiny_ops,chain,decode --captures 1 --rounds 3 --steps 8
+        # the quick check: 5–7 minutes on 2 cores
+    python benchmarks/whatif.py --captures 3 --rounds 9 --out /tmp/whatif
+        # the full table of benchmarks/README.md (tiny_ops, chain, decode, transformer: ~20 minutes)
 
-Each workload is one script run twice through ``bwdiag run`` (``before`` / ``after`` as its argument);
-the table shows BEFORE's top finding, its predicted saving per step, the saving realised where the
-finding acts (``bwdiag diff``'s ``realised_us``) and on the step, and realised / predicted.
-``chain`` applies ``torch.compile`` (needs a C++ compiler; its compilation falls in the skipped
-steps). Not a test: numbers vary with the machine's load.
+For each CPU workload of ``savings_workloads.py`` (tiny ops, an elementwise chain, the decode loop,
+the bundled transformer — its top finding's fix is ``torch.compile``, its fused-AdamW fix is timed
+beside it):
+
+1. **capture**: ``bwdiag run`` the loop as it is ``--captures`` times, and once with the fix of its top
+   finding (the first of its top three that ``savings.FIXES`` knows a variant for); ``bwdiag diff``
+   of the first pair says whether the finding is resolved;
+2. **predict**: the finding's graph-model saving (``graph_saving_per_step_us``) as a share of the
+   profiled median step, the median over the captures (the rule's own estimate,
+   ``est_saving_per_step_us``, likewise, for comparison). The profiler inflates a step of tiny ops
+   2–4×, so a share of the profiled step is what carries over to the plain script;
+3. **realise**: one process builds the loop and the fixed variant, warms both up (``torch.compile``
+   compiles outside the rounds) and times them in ``--rounds`` interleaved rounds of ``--steps``
+   steps (the order alternating), each step with ``time.perf_counter``; a variant's step is the
+   median of its rounds' medians; realised share = (before − after) ÷ before;
+4. ratio = realised share ÷ predicted share (equivalently: realised µs ÷ predicted share × the plain
+   step before). The goal of issue 14: within 0.7–1.4 for every workload's top finding.
+
+Prints a Markdown table (the one in benchmarks/README.md) and writes the raw figures to
+``OUT/whatif.json``. Torch on one thread. Not a test: the numbers move with the machine's load.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
+import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from savings import spread, time_variants, variant_for  # noqa: E402
+from savings_workloads import STEP_LABEL  # noqa: E402
 
-_HEAD = """
-import sys, torch
-torch.manual_seed(0)
-torch.set_num_threads(1)
-AFTER = sys.argv[1] == "after"
-"""
-
-WORKLOADS = {
-    # foreach=False: one kernel chain per parameter; the finding proposes fused=True.
-    "adamw": """
-m = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 512))
-opt = torch.optim.AdamW(m.parameters(), lr=1e-3, **({"fused": True} if AFTER else {"foreach": False}))
-x = torch.randn(64, 512)
-for i in range(16):
-    opt.zero_grad()
-    m(x).square().mean().backward()
-    opt.step()
-""",
-    # A bf16 round trip of the same tensor; the fix drops it.
-    "cast": """
-class M(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.p = torch.nn.Parameter(torch.zeros(1))  # a model: bwdiag run steps on its forwards
-    def forward(self, x):
-        return (x if AFTER else x.to(torch.bfloat16).to(torch.float32)) * self.p
-m = M()
-x = torch.randn(1024, 1024)
-with torch.no_grad():
-    for i in range(16):
-        m(x)
-""",
-    # A materialised permute before a bmm; the fix hands the permuted view to the bmm.
-    "permute": """
-class M(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.w = torch.nn.Parameter(torch.randn(16, 256, 64))
-    def forward(self, y):
-        p = y.permute(0, 2, 1)
-        return torch.bmm(p if AFTER else p.contiguous(), self.w)
-m = M()
-y = torch.randn(16, 256, 256)
-with torch.no_grad():
-    for i in range(16):
-        m(y)
-""",
-    # An eager elementwise chain between two GEMMs; the fix is torch.compile.
-    "chain": """
-class Chain(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.w1 = torch.nn.Parameter(torch.randn(64, 1024) / 8)
-        self.w2 = torch.nn.Parameter(torch.randn(1024, 64) / 32)
-        self.scale = torch.full((1024, 1024), 0.5)
-        self.shift = torch.ones(1024, 1024)
-    def forward(self, x):
-        h = x @ self.w1
-        h = torch.sigmoid(torch.tanh(h * self.scale + self.shift) * self.scale)
-        return h @ self.w2
-m = Chain()
-f = torch.compile(m) if AFTER else m
-x = torch.randn(1024, 64)
-with torch.no_grad():
-    for i in range(16):
-        f(x)
-""",
-}
+#: The workloads of the findings benchmark this one checks, and extra variants timed beside the
+#: top finding's fix (with the finding they apply).
+WORKLOADS = ("tiny_ops", "chain", "decode", "transformer")
+EXTRA = {"transformer": ("fused",)}
+GOAL = (0.7, 1.4)
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
+def capture(workload: str, variant: str, out: Path, steps: int) -> dict:
+    """``bwdiag run`` of one variant of the loop; its diagnosis."""
+    cmd = [sys.executable, "-m", "bwdiag", "run", "--step-on", f"label:{STEP_LABEL}", "--wait", "3", "--warmup", "1",
+           "--active", "4", "--force", "-o", str(out), str(HERE / "savings_workloads.py"), workload, "run",
+           "--steps", str(steps), "--variant", variant]
+    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True, timeout=600)
+    return json.loads((out / "diagnosis.json").read_text())
 
 
-def _bwdiag(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bwdiag", *args], cwd=cwd, env=_env(),
-                          capture_output=True, text=True)
-
-
-def measure(name: str, root: Path, active: int) -> dict:
-    script = root / f"{name}.py"
-    script.write_text(textwrap.dedent(_HEAD) + textwrap.dedent(WORKLOADS[name]))
-    for side in ("before", "after"):
-        run = _bwdiag("run", "--wait", "3", "--warmup", "1", "--active", str(active), "--force",
-                      "-o", str(root / f"{name}-{side}"), str(script), side, cwd=root)
-        if run.returncode != 0 or not (root / f"{name}-{side}" / "diagnosis.json").is_file():
-            raise SystemExit(f"{name} {side}: bwdiag run wrote no diagnosis:\n{run.stderr[-2000:]}")
-    out = root / f"{name}-diff"
-    diff = _bwdiag("diff", str(root / f"{name}-before"), str(root / f"{name}-after"), "-o", str(out),
-                   "--force", cwd=root)
-    if diff.returncode != 0:
-        raise SystemExit(f"{name}: bwdiag diff failed:\n{diff.stderr[-2000:]}")
+def diff(before: Path, after: Path, out: Path) -> dict:
+    subprocess.run([sys.executable, "-m", "bwdiag", "diff", str(before), str(after), "-o", str(out), "--force"],
+                   cwd=ROOT, check=True, capture_output=True, text=True, timeout=600)
     return json.loads((out / "diff.json").read_text())
 
 
-def _ms(us: float | None) -> str:
-    return "—" if us is None else f"{us / 1e3:.2f}"
+def _share(diagnosis: dict, finding: dict, key: str) -> float | None:
+    step = diagnosis["time"].get("step_us")
+    value = finding.get(key)
+    return value / step if value is not None and step else None
+
+
+def _same(f: dict, g: dict) -> bool:
+    return f["kind"] == g["kind"] and f["title"] == g["title"]
+
+
+def measure(workload: str, out: Path, captures: int, rounds: int, steps: int) -> dict:
+    runs = [capture(workload, "before", out / f"{workload}-before{i}", 12) for i in range(captures)]
+    first = runs[0]
+    chosen = next((f for f in first["findings"][:3] if variant_for(workload, f)), None)
+    if chosen is None:
+        return {"workload": workload, "finding": None, "top": first["findings"][:1]}
+    variant = variant_for(workload, chosen)
+    extras = [v for v in EXTRA.get(workload, ()) if v != variant]
+    rows = []
+    for v in (variant, *extras):
+        f = chosen if v == variant else next((g for g in first["findings"] if variant_for(workload, g) == v), None)
+        if f is None:
+            continue
+        same = [(d, g) for d in runs for g in d["findings"] if _same(g, f)]
+        graph = [s for d, g in same if (s := _share(d, g, "graph_saving_per_step_us")) is not None]
+        rule = [s for d, g in same if (s := _share(d, g, "est_saving_per_step_us")) is not None]
+        rows.append({"variant": v, "kind": f["kind"], "title": f["title"], "top": _same(f, first["findings"][0]),
+                     "found_in": len(same), "graph_share": statistics.median(graph) if graph else None,
+                     "rule_share": statistics.median(rule) if rule else None,
+                     "graph_shares": graph, "rule_shares": rule})
+    capture(workload, variant, out / f"{workload}-after", 12)
+    compared = diff(out / f"{workload}-before0", out / f"{workload}-after", out / f"{workload}-diff")
+    status = next((f["status"] for f in compared["findings"] if _same(f, chosen)), None)
+    timed = time_variants(workload, ["before", *(r["variant"] for r in rows)], rounds, steps)
+    before = statistics.median(timed["before"])
+    for r in rows:
+        after = statistics.median(timed[r["variant"]])
+        r.update(after_us=after, realised_us=before - after, realised_share=(before - after) / before,
+                 noise_us=spread(timed["before"]) + spread(timed[r["variant"]]))
+        for model in ("graph", "rule"):
+            share = r[f"{model}_share"]
+            r[f"{model}_ratio"] = r["realised_share"] / share if share else None
+    return {"workload": workload, "before_us": before, "status": status, "rounds_us": timed,
+            "step_us_profiled": [d["time"].get("step_us") for d in runs], "findings": rows}
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| workload | finding (kind) | fix | status | plain step before | predicted: graph (rule) "
+             "| realised ± noise | ratio: graph (rule) | |",
+             "|---|---|---|---|---:|---:|---:|---:|---|"]
+    for r in results:
+        if r.get("finding", True) is None:
+            top = r["top"][0]["title"] if r["top"] else "(no finding)"
+            lines.append(f"| {r['workload']} | {top} | — | | | | not timed: no variant | | |")
+            continue
+        for i, f in enumerate(r["findings"]):
+            mark = ""
+            if i == 0 and f["graph_ratio"] is not None:
+                mark = "✔" if GOAL[0] <= f["graph_ratio"] <= GOAL[1] else "✘"
+            pct = (lambda s: "—" if s is None else f"{100 * s:.0f}%")
+            ratio = (lambda x: "—" if x is None else f"{x:.2f}")
+            lines.append(
+                f"| {r['workload'] if i == 0 else ''} | {f['title'][:56]} ({f['kind']}) | {f['variant']} | "
+                f"{r['status'] or '—' if i == 0 else ''} | {r['before_us'] / 1e3:.2f} ms | "
+                f"{pct(f['graph_share'])} ({pct(f['rule_share'])}) | "
+                f"{f['realised_us'] / 1e3:.2f} ms ({100 * f['realised_share']:.0f}%) ±{f['noise_us'] / 1e3:.2f} | "
+                f"{ratio(f['graph_ratio'])} ({ratio(f['rule_ratio'])}) | {mark} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", default=",".join(WORKLOADS))
-    ap.add_argument("--active", type=int, default=8, help="steps recorded per run")
-    ap.add_argument("--out", type=Path, default=None, help="keep the runs here [default: a temporary folder]")
-    args = ap.parse_args()
-    names = [n.strip() for n in args.workloads.split(",") if n.strip()]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default=None, help=f"comma-separated workloads (default: {','.join(WORKLOADS)})")
+    parser.add_argument("--captures", type=int, default=2, help="bwdiag runs of the unfixed loop (default 2)")
+    parser.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds (default 9)")
+    parser.add_argument("--steps", type=int, default=14, help="timed steps per variant per round (default 14)")
+    parser.add_argument("--out", type=Path, default=None, help="folder for the runs and whatif.json")
+    args = parser.parse_args()
+    names = args.only.split(",") if args.only else list(WORKLOADS)
     unknown = sorted(set(names) - set(WORKLOADS))
     if unknown:
-        raise SystemExit(f"unknown workload(s) {unknown}; choose from {sorted(WORKLOADS)}")
-    with tempfile.TemporaryDirectory() as tmp:
-        root = args.out or Path(tmp)
-        root.mkdir(parents=True, exist_ok=True)
-        print("| workload | top finding of BEFORE | status | predicted ms/step | realised ms/step (where) "
-              "| step before → after ms | realised on step | realised / predicted |")
-        print("|---|---|---|---:|---|---|---:|---:|")
-        for name in names:
-            doc = measure(name, root, args.active)
-            s = doc["step"]
-            step = f"{_ms(s['before']['median_us'])} → {_ms(s['after']['median_us'])} (noise ±{_ms(s['noise_us'])})"
-            if not doc["findings"]:
-                print(f"| {name} | (none) | | | | {step} | {_ms(-s['delta_us'])} | |")
-                continue
-            f = doc["findings"][0]
-            ratio = f["realised_over_predicted"]
-            print(f"| {name} | {f['title'][:60]} | {f['status']} | {_ms(f['predicted_us'])} | "
-                  f"{_ms(f['realised_us'])} ({f['measured_on']}) | {step} | {_ms(f['realised_on_step_us'])} | "
-                  f"{'—' if ratio is None else f'{ratio:.2f}'} |", flush=True)
+        parser.error(f"unknown workload(s) {unknown}; choose from {list(WORKLOADS)}")
+    out = args.out or Path(tempfile.mkdtemp(prefix="bwdiag-whatif-"))
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for name in names:
+        print(f"{name}: {args.captures}+1 captures, then {args.rounds} interleaved rounds", file=sys.stderr, flush=True)
+        results.append(measure(name, out, max(1, args.captures), args.rounds, args.steps))
+        (out / "whatif.json").write_text(json.dumps(results, indent=1))
+    print(table(results))
+    print(f"raw figures: {out / 'whatif.json'}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -232,6 +232,12 @@ def test_findings_resolved_and_realised_on_the_groups_they_name(bert):
     assert rows["sync"]["status"] == "still there"
     assert rows["sync"]["realised_on_step_us"] == pytest.approx(1000)
     assert rows["batching"]["predicted_us"] == pytest.approx(batching.est_saving_per_step_us)
+    # The graph model's prediction rides beside the rule's, and the step's change is set against it.
+    launch = next(f for f in bert.findings if f.kind == "launch_overhead")
+    assert launch.graph_saving_per_step_us is not None and launch.graph_saving_per_step_us > 0
+    assert rows["launch_overhead"]["graph_predicted_us"] == pytest.approx(launch.graph_saving_per_step_us)
+    assert rows["launch_overhead"]["realised_on_step_over_graph"] == pytest.approx(
+        1000 / launch.graph_saving_per_step_us)
 
 
 def test_groups_named_by_evidence():

@@ -185,6 +185,11 @@ class Finding(Record):
     fix: str
     #: the saving in one median profiler step (window saving × step ÷ window); None without steps
     est_saving_per_step_us: float | None = None
+    #: the saving the dependency-graph what-if (``diagnose.depgraph``) projects for this fix alone:
+    #: the trace re-timed with what the finding acts on changed (over the window, mean per rank);
+    #: None where no graph was built (older files, no activities)
+    graph_saving_us: float | None = None
+    graph_saving_per_step_us: float | None = None  # the same in one median profiler step
 
 
 @dataclass(frozen=True)
@@ -370,17 +375,27 @@ class AppliedFinding(Record):
     est_saving_us: float
     applied_us: float  # what survives overlaps with earlier findings and the bound classes' caps
     capped: bool
+    #: what the dependency graph's window loses when this finding is applied after the ones above
+    #: it (the graph projections of the top findings, one after another; None without a graph)
+    graph_applied_us: float | None = None
 
 
 @dataclass(frozen=True)
 class WhatIf(Record):
-    """The window projected if the top findings were fixed (``diagnose.findings.whatif``)."""
+    """The window projected if the top findings were fixed (``diagnose.findings.whatif``):
+    ``projected_us`` by subtracting their savings (capped per bound class), ``graph_projected_us``
+    by re-timing the trace's dependency graph with them applied (``diagnose.depgraph``)."""
 
     findings: tuple[AppliedFinding, ...]
     total_us: float
     saved_us: float
     projected_us: float
     speedup: float | None
+    #: the window re-timed on the dependency graph with the top findings applied together
+    #: (``diagnose.depgraph``; each activity changed once); None without a graph
+    graph_projected_us: float | None = None
+    graph_saved_us: float | None = None
+    graph_speedup: float | None = None
 
 
 # ---------------------------------------------------------------------------------- the diagnosis

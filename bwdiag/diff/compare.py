@@ -21,6 +21,9 @@ saving bwdiag still predicts in AFTER with the one it predicted in BEFORE: ``res
 *realised* saving is measured where the finding acts: on idle time for host-side findings (host,
 data loader, syncs, launches), on exposed communication for overlap findings, else on the kernel
 groups its evidence names (see :func:`_acts_on`), else on the step; and always on the step too.
+``graph_predicted_us`` is the dependency-graph what-if's saving for the finding alone (the trace
+re-timed with the fix applied), a prediction of the step's change: ``realised_on_step_over_graph``
+compares the two (null in diagnoses written before the graph model).
 """
 
 from __future__ import annotations
@@ -270,6 +273,13 @@ def _predicted(f: Finding, per_step: bool) -> float:
     return f.est_saving_us
 
 
+def _graph_predicted(f: Finding, per_step: bool) -> float | None:
+    """The dependency-graph what-if's saving for this finding alone (None in files without it)."""
+    if per_step and f.graph_saving_per_step_us is not None:
+        return f.graph_saving_per_step_us
+    return f.graph_saving_us
+
+
 def _match_finding(f: Finding, after: Diagnosis) -> Finding | None:
     same_kind = [g for g in after.findings if g.kind == f.kind]
     for g in same_kind:
@@ -327,6 +337,7 @@ def _label_named(line: str, label: str, own: tuple[str, ...]) -> bool:
 def _finding_row(f: Finding, before: Diagnosis, after: Diagnosis, gb: dict, ga: dict,
                  time: dict, step: dict, per_step: bool) -> dict[str, Any]:
     predicted = _predicted(f, per_step)
+    graph = _graph_predicted(f, per_step)
     later = _match_finding(f, after)
     remaining = _predicted(later, per_step) if later is not None else 0.0
     share = remaining / predicted if predicted > 0 else (1.0 if later is not None else 0.0)
@@ -358,4 +369,7 @@ def _finding_row(f: Finding, before: Diagnosis, after: Diagnosis, gb: dict, ga: 
         "groups": [_key_dict(k) for k in keys],
         "realised_on_step_us": -step["delta_us"],
         "realised_over_predicted": realised / predicted if predicted > 0 else None,
+        # The graph model predicts the step: compare it with what the step gained.
+        "graph_predicted_us": graph,
+        "realised_on_step_over_graph": -step["delta_us"] / graph if graph is not None and graph > 0 else None,
     }

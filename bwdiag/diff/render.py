@@ -104,8 +104,15 @@ def _time_rows(doc: dict) -> list[list[str]]:
 
 
 def _finding_rows(doc: dict) -> list[list[str]]:
-    return [[f["title"], f["status"], fmt_time(f["predicted_us"]), _signed(f["realised_us"]).replace("+", ""),
-             f["measured_on"], fmt_time(f["realised_on_step_us"])] for f in doc["findings"]]
+    return [[f["title"], f["status"], fmt_time(f["predicted_us"]), _graph_time(f),
+             _signed(f["realised_us"]).replace("+", ""), f["measured_on"], fmt_time(f["realised_on_step_us"])]
+            for f in doc["findings"]]
+
+
+def _graph_time(f: dict) -> str:
+    """The graph model's predicted step saving (— in diffs of diagnoses written without it)."""
+    g = f.get("graph_predicted_us")
+    return "—" if g is None else fmt_time(g)
 
 
 def _kernel_rows(doc: dict, limit: int) -> list[list[str]]:
@@ -183,10 +190,11 @@ def print_diff(doc: dict[str, Any], *, outputs: dict[str, Any] | None = None, fi
         table.add_column("finding", overflow="fold")
         table.add_column("status")
         table.add_column("predicted", justify="right")
+        table.add_column("graph", justify="right")
         table.add_column("realised", justify="right")
         for f in doc["findings"][:TERMINAL_FINDINGS]:
             st = {"resolved": "green", "partly": "yellow", "still there": "red"}[f["status"]]
-            table.add_row(printable(f["title"]), Text(f["status"], style=st), fmt_time(f["predicted_us"]),
+            table.add_row(printable(f["title"]), Text(f["status"], style=st), fmt_time(f["predicted_us"]), _graph_time(f),
                           Text(_signed(f["realised_us"]).replace("+", "") + f"\non {f['measured_on']}"))
         console.print(table)
         if len(doc["findings"]) > TERMINAL_FINDINGS:

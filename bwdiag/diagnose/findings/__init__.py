@@ -13,10 +13,10 @@ import dataclasses
 
 from bwdiag.diagnose.findings.base import RuleContext, RuleResult, with_findings
 from bwdiag.diagnose.findings.registry import RULES, Rule, run_rules
-from bwdiag.diagnose.findings.whatif import project
+from bwdiag.diagnose.findings.whatif import graph_project, project, with_graph
 from bwdiag.diagnose.model import Diagnosis
 
-__all__ = ["RULES", "Rule", "RuleContext", "RuleResult", "add_findings", "project", "run_rules"]
+__all__ = ["RULES", "Rule", "RuleContext", "RuleResult", "add_findings", "graph_project", "project", "run_rules"]
 
 
 def add_findings(diagnosis: Diagnosis, analyses, results_out: list | None = None) -> Diagnosis:
@@ -29,8 +29,14 @@ def add_findings(diagnosis: Diagnosis, analyses, results_out: list | None = None
     if results_out is not None:
         results_out.extend(results)
     projection = project(ctx, results) if results else None
+    graph = graph_project(ctx, results) if results else None
     findings = [r.finding for r in results]
     scale = ctx.step_scale
+    if graph is not None:
+        findings = [dataclasses.replace(f, graph_saving_us=g) for f, g in zip(findings, graph.savings)]
+        projection = with_graph(projection, graph)
     if scale is not None:
-        findings = [dataclasses.replace(f, est_saving_per_step_us=f.est_saving_us * scale) for f in findings]
+        findings = [dataclasses.replace(f, est_saving_per_step_us=f.est_saving_us * scale,
+                                        graph_saving_per_step_us=None if f.graph_saving_us is None
+                                        else f.graph_saving_us * scale) for f in findings]
     return with_findings(diagnosis, findings, projection)

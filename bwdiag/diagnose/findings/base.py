@@ -31,6 +31,9 @@ MIN_SAVING_PCT = 0.5
 #: must not hide kernel-level fixes).
 MIN_SAVING_BUSY_PCT = 2.0
 
+#: What a finding's ``idle_us`` stands for in the dependency graph (:attr:`RuleResult.effect`).
+EFFECTS = ("host_gaps", "syncs", "loader")
+
 _TRAINING = re.compile(r"[Bb]ackward|Optimizer\.step|autograd::engine")
 
 
@@ -40,12 +43,18 @@ class RuleResult:
 
     ``acts``: rank position -> row positions in that rank's ``activities`` (the kernels the fix
     removes or speeds up); ``idle_us``: GPU idle time (mean per rank) the fix removes instead.
+    ``effect``: how the dependency-graph what-if (:mod:`.whatif`) applies ``idle_us`` — one of
+    ``EFFECTS``; None (the default) takes it from the finding's kind: a sync finding frees the
+    host from its synchronising waits, a data-loader finding removes host time inside DataLoader
+    spans, any other removes host time between ops while the device idled. ``acts`` are always
+    shortened so that together they lose the finding's saving (less ``idle_us``).
     ``kind``, ``title`` and ``est_saving_us`` read through to the finding.
     """
 
     finding: Finding
     acts: Mapping[int, np.ndarray] = field(default_factory=dict)
     idle_us: float = 0.0
+    effect: str | None = None
 
     @property
     def kind(self) -> str:
@@ -181,5 +190,5 @@ class RuleContext:
 
 
 __all__ = [
-    "MIN_SAVING_BUSY_PCT", "MIN_SAVING_PCT", "RuleContext", "RuleResult", "with_findings",
+    "EFFECTS", "MIN_SAVING_BUSY_PCT", "MIN_SAVING_PCT", "RuleContext", "RuleResult", "with_findings",
 ]

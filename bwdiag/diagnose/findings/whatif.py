@@ -6,17 +6,32 @@ over the bound classes its activities sit in (by their time) and capped by what 
 left — idle time for findings that act on GPU idle. The projected window is the total minus what
 survives: :func:`project` returns it with the per-finding detail as a ``model.WhatIf``
 (:func:`~bwdiag.diagnose.findings.base.with_findings` stores it with the diagnosis).
+
+That subtraction is the simple model. :func:`graph_project` re-times the trace's dependency graph
+(:mod:`bwdiag.diagnose.depgraph`) instead: each finding's activities are shortened so that together
+they lose its saving, its ``idle_us`` becomes host time removed (or sync waits dropped, see
+:attr:`~bwdiag.diagnose.findings.base.RuleResult.effect`), and the window is solved again. So a
+kernel saving while the device waits on the host projects to ~0, a saving on a stream that another
+stream hides projects to what the other stream leaves, and removing host time helps only where the
+device waited. Each finding gets its own graph saving; the top findings applied together (each
+node changed once: the smallest scale; gap cuts add up, never past the gap) give
+``WhatIf.graph_projected_us``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
+from bwdiag.diagnose import depgraph
+from bwdiag.diagnose.depgraph import Change, Graph
 from bwdiag.diagnose.findings.base import RuleContext, RuleResult
-from bwdiag.diagnose.model import TIME_KEYS, AppliedFinding, WhatIf
+from bwdiag.diagnose.findings.helpers import DISPATCH_GAP_US
+from bwdiag.diagnose.model import TIME_KEYS, AppliedFinding, FindingKind, WhatIf
 
 #: How many findings the projection applies (the report lists the top ones first).
 PROJECTED_FINDINGS = 10
@@ -75,3 +90,105 @@ def _by_class(ctx: RuleContext, result: RuleResult, claimed: dict[int, set[int]]
     if whole > 0:
         shares["_fresh_share"] = (fresh + result.idle_us * ctx.ranks) / (whole + result.idle_us * ctx.ranks)
     return shares
+
+
+# -- the dependency-graph projection ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GraphProjection:
+    """What :func:`graph_project` found: the base window the graph reproduces, each result's own
+    saving (same order as the results), the cumulative savings of the top ones, and the window with
+    the top ones applied together."""
+
+    base_us: float
+    savings: tuple[float, ...]
+    applied: tuple[float, ...]
+    projected_us: float
+
+
+def graph_project(ctx: RuleContext, results: Sequence[RuleResult], graph: Graph | None = None) -> GraphProjection | None:
+    """Each result's saving on the dependency graph, and the top ``PROJECTED_FINDINGS`` together."""
+    graph = graph if graph is not None else depgraph.build_graph(ctx.analyses)
+    if graph is None or not results:
+        return None
+    timing = depgraph.retime(graph)
+    if not timing.converged:  # a graph too deep to re-time here: no graph figures rather than wrong ones
+        return None
+    base = timing.window_us
+    changes = [change_for(ctx, graph, r) for r in results]
+    runs = [depgraph.retime(graph, c) for c in changes]
+    top = changes[:PROJECTED_FINDINGS]
+    runs_top = [runs[0]] + [depgraph.retime(graph, Change.combine(top[: i + 1], graph.size)) for i in range(1, len(top))]
+    if not all(t.converged for t in runs + runs_top):
+        return None
+    savings = tuple(float(base - t.window_us) for t in runs)
+    applied, before = [], base
+    for t in runs_top:
+        applied.append(float(before - t.window_us))
+        before = t.window_us
+    return GraphProjection(float(base), savings, tuple(applied), float(before))
+
+
+def with_graph(projection: WhatIf, graph: GraphProjection) -> WhatIf:
+    """The subtraction's ``projection`` with the graph's figures beside it.
+
+    The graph's saving is measured against the window the graph reproduces (``graph.base_us``,
+    the trace's own window but for collectives re-synchronised across ranks), and the projected
+    window is the diagnosis' window less that saving, so both models share one starting point."""
+    applied = tuple(dataclasses.replace(a, graph_applied_us=g) for a, g in zip(projection.findings, graph.applied))
+    saved = float(graph.base_us - graph.projected_us)
+    projected = float(max(0.0, projection.total_us - saved))
+    return dataclasses.replace(projection, findings=applied, graph_projected_us=projected, graph_saved_us=saved,
+                               graph_speedup=float(projection.total_us / projected) if projected > 0 else None)
+
+
+def change_for(ctx: RuleContext, graph: Graph, result: RuleResult) -> Change:
+    """What ``result``'s fix does to the graph (see the module docstring)."""
+    n = graph.size
+    scale = np.ones(n)
+    idle = max(0.0, float(result.idle_us))
+    from_acts = max(0.0, float(result.est_saving_us) - idle) if idle else float(result.est_saving_us)
+    nodes, durs = [], []
+    for pos, rows in result.acts.items():
+        rows = np.unique(np.asarray(rows, dtype=int))
+        if not len(rows):
+            continue
+        ids = graph.node_of_act[pos][rows]
+        dur = ctx.analyses[pos].activities["dur"].to_numpy(float)[rows]
+        nodes.append(ids[ids >= 0])
+        durs.append(dur[ids >= 0])
+    if nodes:
+        ids, dur = np.concatenate(nodes), np.concatenate(durs)
+        total = float(dur.sum())
+        if total > 0 and from_acts > 0:
+            scale[ids] = 1.0 - min(1.0, from_acts * ctx.ranks / total)
+    if idle <= 0:
+        return Change(scale=scale)
+    effect = result.effect or _EFFECT_OF_KIND.get(result.kind, "host_gaps")
+    if effect == "syncs":
+        drop = np.zeros(n, dtype=bool)
+        drop[graph.dst[graph.kind == depgraph.WAIT]] = True
+        return Change(scale=scale, drop_waits=drop)
+    return Change(scale=scale, cut=idle_cut(graph, idle * ctx.ranks, loader=effect == "loader"))
+
+
+_EFFECT_OF_KIND = {FindingKind.SYNC.value: "syncs", FindingKind.DATA_LOADER.value: "loader"}
+
+
+def idle_cut(graph: Graph, total_us: float | None, loader: bool = False) -> np.ndarray:
+    """µs to cut from each host node's gap: its time inside DataLoader spans (``loader``), else its
+    time while the device idled outside them (on a CPU trace, where the host is the device: gaps
+    shorter than ``DISPATCH_GAP_US`` while no thread ran an op). Scaled so the cuts sum to
+    ``total_us`` (summed over ranks) when they hold more; ``None``: every such µs."""
+    in_loader = depgraph.gap_overlap(graph, graph.loader_runs)
+    if loader:
+        cut = in_loader
+    else:
+        cut = np.maximum(depgraph.gap_overlap(graph, depgraph.device_idle_runs(graph)) - in_loader, 0.0)
+        cpu = ~np.asarray(graph.gpu, dtype=bool)[graph.rank]
+        cut[cpu & (graph.gap >= DISPATCH_GAP_US)] = 0.0
+    held = float(cut.sum())
+    if total_us is not None and held > total_us > 0:
+        cut = cut * (total_us / held)
+    return cut
