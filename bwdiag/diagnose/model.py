@@ -227,6 +227,9 @@ class RankSummary(Record):
     exposed_communication_us: float
     idle_us: float
     kernels: int
+    #: this rank's complete ProfilerStep spans (ids and durations, µs): the report's rank × step heat strip
+    step_ids: tuple[int, ...] = ()
+    step_durations_us: tuple[float, ...] = ()
 
 
 
