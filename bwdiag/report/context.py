@@ -37,12 +37,7 @@ def build_context(diagnosis: Diagnosis) -> dict:
     and finding evidence refer to kernels by that index.
     """
     folded = many_ranks.aggregated(diagnosis)
-    spread: dict[int, dict] = {}
-    if folded:  # one row per kernel group across ranks (diagnosis.json keeps the per-rank rows)
-        merged, spread = many_ranks.merge_kernels(diagnosis.kernels)
-        kernels = sorted(merged, key=lambda k: (-num(k.total_us), k.rank, k.name))
-    else:
-        kernels = sorted_kernels(diagnosis)
+    kernels, spread = page_kernels(diagnosis)
     kernel_rows = _kernel_rows(kernels, spread=spread)
     sections = diagnosis.sections_dict()
     ranks = sorted({k.rank for k in diagnosis.kernels} | set(diagnosis.source.ranks))
@@ -193,9 +188,20 @@ def sorted_kernels(diagnosis: Diagnosis) -> list[KernelRow]:
     return sorted(diagnosis.kernels, key=lambda k: (-num(k.total_us), k.rank, k.name))
 
 
+def page_kernels(diagnosis: Diagnosis) -> tuple[list[KernelRow], dict[int, dict]]:
+    """The kernel groups the page and the terminal list, longest first, and their rank spread:
+    each rank's rows, or one row per group across ranks when there are many
+    (:func:`~bwdiag.report.many_ranks.merge_kernels`; diagnosis.json keeps the per-rank rows)."""
+    if not many_ranks.aggregated(diagnosis):
+        return sorted_kernels(diagnosis), {}
+    merged, spread = many_ranks.merge_kernels(diagnosis.kernels)
+    return sorted(merged, key=lambda k: (-num(k.total_us), k.rank, k.name)), spread
+
+
 def top_kernel_rows(diagnosis: Diagnosis, n: int) -> list[dict]:
-    """The ``n`` longest kernel groups as row dicts (shares of all kernel time), for the terminal."""
-    kernels = sorted_kernels(diagnosis)
+    """The ``n`` longest kernel groups as row dicts (shares of all kernel time), for the terminal;
+    merged across ranks as the page merges them when there are many."""
+    kernels, _ = page_kernels(diagnosis)
     return _kernel_rows(kernels[:n], total=sum(num(k.total_us) for k in kernels))
 
 
