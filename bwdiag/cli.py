@@ -113,7 +113,9 @@ _DEVICE_SPEC_HELP = (
 
 
 def _default_out(paths: tuple[str, ...]) -> Path:
-    first = Path(paths[0])
+    first = Path(paths[0].rstrip("/"))
+    while any(c in first.name for c in "*?[") and first.name != first.parent.name:  # a glob: its folder
+        first = first.parent
     stem = first.name
     for suffix in (".gz", ".json", ".pt.trace"):
         stem = stem.removesuffix(suffix)
