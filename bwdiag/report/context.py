@@ -50,6 +50,7 @@ def build_context(diagnosis: Diagnosis) -> dict:
             "ranks": list(diagnosis.source.ranks),
             "trace_kind": diagnosis.source.trace_kind,
             "torch_version": diagnosis.source.torch_version,
+            "selection": diagnosis.source.selection.to_dict() if diagnosis.source.selection else None,
         },
         "multi_rank": len(ranks) > 1,
         # Over many_ranks.RANK_DETAIL_MAX ranks, per-rank rows are folded into distributions.
