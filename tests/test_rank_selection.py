@@ -93,6 +93,16 @@ def test_sample_takes_the_slow_ranks_and_spreads_the_rest_over_nodes(job):
     assert all(f"host node{r // 8}" in why[r] for r in spread)
 
 
+def test_sample_of_equal_ranks_calls_none_slow(tmp_path):
+    """Every rank's steps equal: nothing is above the median, so all picks are spread (none 'slow')."""
+    files = write_job(tmp_path / "eq", 12, step_us=lambda r, s: 1000.0, per_node=4)
+    _, sel = select(files, sample=6)
+    # nodes 0-3 | 4-7 | 8-11; within a node the spread order is 0, 2, 1, 3 (bit-reversed 00, 10, 01, 11);
+    # round-robin over the nodes: 0, 4, 8, then 2, 6, 10
+    assert [r["rank"] for r in sel["ranks"]] == [0, 2, 4, 6, 8, 10]
+    assert all(r["why"].startswith("spread across the 3 nodes") for r in sel["ranks"])
+
+
 def test_sample_more_than_there_are_takes_all(job):
     files, sel = select(_files(job)[:3], sample=10)
     assert len(files) == 3 and all("all 3 rank files" in r["why"] for r in sel["ranks"])

@@ -159,11 +159,12 @@ def _sample(found: list[RankFile], n: int) -> list[tuple[RankFile, str]]:
 
     timed = [RankFile(f.path, f.rank, f.host, median_step_us(f.path)) for f in found]
     with_steps = [f for f in timed if f.median_step_us is not None]
-    n_slow = min(len(with_steps), max(1, n // 4)) if with_steps else 0
+    job_median = statistics.median(f.median_step_us for f in with_steps) if with_steps else 0.0
+    above = [f for f in with_steps if f.median_step_us > job_median]  # equal steps: none is slow
+    n_slow = min(len(above), max(1, n // 4))
     picked: list[tuple[RankFile, str]] = []
     if n_slow:
-        job_median = statistics.median(f.median_step_us for f in with_steps)
-        slow = sorted(with_steps, key=lambda f: (-f.median_step_us, _order(f)))[:n_slow]
+        slow = sorted(above, key=lambda f: (-f.median_step_us, _order(f)))[:n_slow]
         picked = [(f, f"one of the {n_slow} slowest by a first pass over step markers: median step "
                       f"{fmt_time(f.median_step_us)} (all ranks' median {fmt_time(job_median)})") for f in slow]
     taken = {id(f.path) for f, _ in picked}
