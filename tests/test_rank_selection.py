@@ -115,6 +115,8 @@ def test_cli_sample_says_in_the_report_which_ranks_and_why(job, tmp_path):
     assert len(d["source"]["ranks"]) == 4 and 50 in d["source"]["ranks"]
     assert d["source"]["selection"]["how"] == "--sample 4"
     assert [r["rank"] for r in d["source"]["selection"]["ranks"]] == d["source"]["ranks"]
+    picked = ", ".join(str(r) for r in d["source"]["ranks"])
+    assert f"4 of 64 rank files analysed (--sample 4): ranks {picked}; why in the report" in out.stdout
     html = (tmp_path / "o" / "report.html").read_text()
     assert 'id="rank-selection"' in html and "4 of 64 rank files analysed" in html
 
