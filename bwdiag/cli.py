@@ -113,7 +113,9 @@ _DEVICE_SPEC_HELP = (
 
 
 def _default_out(paths: tuple[str, ...]) -> Path:
-    first = Path(paths[0])
+    first = Path(paths[0].rstrip("/"))
+    while any(c in first.name for c in "*?[") and first.name != first.parent.name:  # a glob: its folder
+        first = first.parent
     stem = first.name
     for suffix in (".gz", ".json", ".pt.trace"):
         stem = stem.removesuffix(suffix)
@@ -142,15 +144,29 @@ def _default_out(paths: tuple[str, ...]) -> Path:
                    "bound, % of ceiling, FLOPs, bytes and finding ids in each kernel's args, a time-by-bound counter "
                    "and one slice per finding on a 'bwdiag' process. FILE.json or FILE.json.gz; a folder for several "
                    "ranks (one file per rank). Refused if it exists, unless --force.")
+@click.option("--ranks", "ranks_spec", metavar="SPEC",
+              help="Analyse only these ranks of a folder of rank files, e.g. 0-7,128,1023.")
+@click.option("--sample", type=int, metavar="N",
+              help="Analyse N ranks of a big job: spread across its nodes, plus the slowest found by a quick "
+                   "first pass over step markers (ProfilerStep spans). The report says which and why.")
 def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | None, force: bool,
             open_report: bool, graph_capture: tuple[Path, ...], with_hta: bool,
-            summary_md: Path | None = None, annotated_trace: Path | None = None) -> None:
-    """Diagnose saved torch.profiler traces: files (.json / .json.gz) or folders of rank files."""
+            summary_md: Path | None = None, annotated_trace: Path | None = None,
+            ranks_spec: str | None = None, sample: int | None = None) -> None:
+    """Diagnose saved torch.profiler traces: files (.json / .json.gz), folders of rank files, glob
+    patterns ('traces/rank*.json.gz') or fsspec URLs (s3://, gs://, file://; pip install "bwdiag[cloud]")."""
     from bwdiag import pipeline
     from bwdiag.interrupts import ends_cleanly_when_interrupted
 
     out_dir = out_dir or _default_out(traces)
     pipeline.check_output_dir(out_dir, force=force)  # fail before the (long) analysis
+    selection = None
+    if ranks_spec is not None or sample is not None:
+        from bwdiag.trace import find_trace_files
+        from bwdiag.trace.select import select
+
+        files, selection = select(find_trace_files(list(traces)), ranks=ranks_spec, sample=sample)
+        traces = tuple(files)
     annotated = pipeline.plan_annotated_trace(annotated_trace, traces, force=force) if annotated_trace else None
     if with_hta:
         pipeline.require_hta()
@@ -159,6 +175,8 @@ def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | N
     with ends_cleanly_when_interrupted() as interrupts:
         diagnosis = pipeline.analyze(traces, device_spec=device_spec, progress=sys.stderr.isatty(),
                                      graph_capture=graph_capture or None, annotated=annotated)
+        if selection is not None:
+            diagnosis = _with_selection(diagnosis, selection)
         hta = None
         if with_hta:
             diagnosis, hta = pipeline.compare_with_hta(traces, diagnosis, progress=sys.stderr.isatty())
@@ -180,6 +198,16 @@ def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | N
         if problem:
             click.echo(f"bwdiag: {problem}", err=True)
     _exit_without_cleanup = not open_report  # a browser started for --open is left to finish its start
+
+
+def _with_selection(diagnosis, selection: dict):
+    """``diagnosis`` with ``source.selection`` saying which ranks ``--ranks`` / ``--sample`` picked and why."""
+    import dataclasses
+
+    from bwdiag.diagnose.model import RankSelection
+
+    source = dataclasses.replace(diagnosis.source, selection=RankSelection.from_dict(selection))
+    return dataclasses.replace(diagnosis, source=source)
 
 
 @main.command("report")

@@ -83,7 +83,8 @@
       tr.appendChild(el("td", null, value));
       t.appendChild(tr);
     }
-    if (D.multi_rank) row("rank", r.rank);
+    if (D.ranks_aggregated) row("ranks", fmtCount(r.ranks) + " · per rank " + fmtTime(r.rank_min_us) + " – " + fmtTime(r.rank_max_us) + " (most on rank " + r.rank + ")");
+    else if (D.multi_rank) row("rank", r.rank);
     row("op", r.op);
     row("module", r.module);
     row("shapes", r.shapes);
@@ -361,7 +362,8 @@
     /* Widths (px) of a fixed-layout table: at 1280 px the whole row fits, name first; long
        text is cut with an ellipsis, shown whole on hover (title) or by clicking its cell. */
     var cols = [];
-    if (D.multi_rank) cols.push({ key: "rank", label: "Rank", num: true, fmt: String, w: 52 });
+    if (D.ranks_aggregated) cols.push({ key: "ranks", label: "Ranks", num: true, fmt: fmtCount, w: 58 });
+    else if (D.multi_rank) cols.push({ key: "rank", label: "Rank", num: true, fmt: String, w: 52 });
     cols.push({ key: "name", label: D.item_label, cls: "name", cut: true });
     cols.push({ key: "category", label: "Category", cls: "cut small-text", cut: true, w: 92 });
     if (D.show_op_column) cols.push({ key: "op", label: "Op", cls: "mono", cut: true, w: 86 });
@@ -542,6 +544,50 @@
     };
   })();
 
+
+  /* ---------------------------------------------------------------- rank × step heat strip */
+  /* One column per rank, one row per step, coloured by duration ÷ median: white at or under the
+     median, through salmon (1.25×) to dark red at 1.5× or more; grey where a rank has no such step. */
+  function heatColour(ratio) {
+    if (!finite(ratio)) return [204, 204, 204];
+    var t = Math.max(0, Math.min(1, (ratio - 1) / 0.5));
+    var stops = [[255, 255, 255], [244, 165, 130], [178, 24, 43]];
+    var i = t < 0.5 ? 0 : 1, u = t < 0.5 ? t * 2 : (t - 0.5) * 2;
+    return [0, 1, 2].map(function (c) { return Math.round(stops[i][c] + (stops[i + 1][c] - stops[i][c]) * u); });
+  }
+  function drawHeat() {
+    var H = D.heat_strip, cv = document.getElementById("heat-strip");
+    if (!H || !cv) return;
+    var nr = H.ranks.length, ns = H.steps.length;
+    var cw = Math.max(1, Math.min(24, Math.floor(1100 / nr))), ch = Math.max(6, Math.min(18, Math.floor(240 / ns)));
+    cv.width = nr * cw; cv.height = ns * ch;
+    cv.style.width = cv.width + "px"; cv.style.height = cv.height + "px";
+    var g = cv.getContext("2d"), img = g.createImageData(cv.width, cv.height), px = img.data;
+    for (var i = 0; i < nr; i++) {
+      for (var j = 0; j < ns; j++) {
+        var v = H.values[i][j], rgb = heatColour(v === null ? NaN : v / H.median_us);
+        for (var y = j * ch; y < (j + 1) * ch; y++) {
+          for (var x = i * cw; x < (i + 1) * cw; x++) {
+            var o = (y * cv.width + x) * 4;
+            px[o] = rgb[0]; px[o + 1] = rgb[1]; px[o + 2] = rgb[2]; px[o + 3] = 255;
+          }
+        }
+      }
+    }
+    g.putImageData(img, 0, 0);
+    cv.addEventListener("mousemove", function (e) {
+      var b = cv.getBoundingClientRect();
+      var i = Math.floor((e.clientX - b.left) / cw), j = Math.floor((e.clientY - b.top) / ch);
+      if (i < 0 || i >= nr || j < 0 || j >= ns) { hideTip(); return; }
+      var v = H.values[i][j];
+      tip.textContent = "rank " + H.ranks[i] + " · step " + H.steps[j] + ": " +
+        (v === null ? "not completed" : fmtTime(v) + " (" + sig(v / H.median_us) + "× the median)");
+      tip.hidden = false;
+      moveTip(e);
+    });
+    cv.addEventListener("mouseleave", hideTip);
+  }
+
   /* ---------------------------------------------------------------- findings */
   document.addEventListener("click", function (e) {
     var find = e.target.closest("button.find");
@@ -578,6 +624,7 @@
   drawRoofline();
   drawStrip(maxTime());
   drawUnplotted();
+  drawHeat();
   window.bwdiagReport = { data: D, table: table, selectPoint: selectPoint };
   document.documentElement.setAttribute("data-rendered", "1");
 })();

@@ -337,3 +337,48 @@ def test_h100_qwen_layout_strip_and_whatif(browser):
     rows = browser.evaluate("[...document.querySelectorAll('#whatif-table tbody tr')].map(r => r.textContent)")
     assert len(rows) == len(w.findings) and all("not capped" in r for r in rows)
     assert "Whatif" not in browser.evaluate("document.body.innerText")  # no raw dump left
+
+
+def test_many_rank_report_from_a_real_analysis(browser, tmp_path):
+    """40 rank files analysed for real (over the page's per-rank limit): the heat strip, the slowest
+    ranks, the distributions and the folded kernel table render, with no error and no fetch."""
+    from bwdiag.pipeline import analyze
+    from tests.many_rank_traces import write_job
+
+    n = 40
+    write_job(tmp_path / "job", n, step_us=lambda r, s: 1000.0 + 10 * r + (900.0 if (r == 13 and s == 2) else 0.0))
+    d = analyze([tmp_path / "job"])
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = ARTIFACTS / "many-ranks.html"
+    write_atomic(page, render_html(d).encode())
+    browser.open(page)
+    assert browser.evaluate("document.documentElement.getAttribute('data-rendered')") == "1"
+    assert browser.problems() == []
+    assert browser.requests() == [page.resolve().as_uri()]
+    # 40 ranks × 3 steps: columns of min(24, 1100 // 40) = 24 px, rows of min(18, 240 // 3) = 18 px.
+    assert browser.evaluate("[document.getElementById('heat-strip').width, "
+                            "document.getElementById('heat-strip').height]") == [40 * 24, 3 * 18]
+    # Rank 13's step 2 (1930 µs, 1.5× the 1195 µs median or more) is dark red; rank 0's step 1
+    # (1000 µs, under the median) is white.
+    pixels = browser.evaluate("""(() => {  // one readback of the whole strip
+        const c = document.getElementById('heat-strip'), px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        const at = (x, y) => [...px.slice((y * c.width + x) * 4, (y * c.width + x) * 4 + 4)];
+        return [at(13 * 24 + 5, 18 + 5), at(5, 5)]; })()""")
+    assert pixels == [[178, 24, 43, 255], [255, 255, 255, 255]]
+    tip = browser.evaluate("""(() => {
+        const c = document.getElementById('heat-strip');
+        c.scrollIntoView();
+        const b2 = c.getBoundingClientRect();
+        c.dispatchEvent(new MouseEvent('mousemove', {clientX: b2.left + 13 * 24 + 5, clientY: b2.top + 18 + 5}));
+        return document.getElementById('tooltip').textContent; })()""")
+    assert tip.startswith("rank 13 · step 2: 2.03 ms")
+    assert browser.evaluate("document.querySelectorAll('#slow-ranks tbody tr').length") == 10
+    assert browser.evaluate("document.querySelector('#slow-ranks tbody td').textContent") == "39"
+    assert browser.evaluate("document.querySelectorAll('#rank-histogram .bar').length") == 24
+    assert browser.evaluate("document.querySelectorAll('#r-table').length") == 0  # no per-rank table
+    assert browser.evaluate("document.querySelectorAll('#k-table tbody tr[data-k]').length") == 2
+    heads = browser.evaluate("[...document.querySelectorAll('#k-table thead th')].map(t => t.textContent)")
+    assert heads[0] == "Ranks"
+    assert browser.evaluate("document.querySelector('#k-table tbody tr td').textContent") == "40"
+    browser.screenshot(ARTIFACTS / "many-ranks.png", full_page=True)
+    assert browser.problems() == []

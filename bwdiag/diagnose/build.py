@@ -103,7 +103,10 @@ def diagnose(traces: Sequence[RankTrace], *, device_spec: Path | None = None,
     fits = fit_latency_bandwidth(collectives)
     collectives = with_regimes(collectives, fits)
     compiled = [a.compiled for a in analyses if a.compiled]
-    spans = _step_spans(analyses)
+    rank_spans = _step_spans(analyses)
+    spans = [s for s in rank_spans if s is not None]
+    ranks = [r if s is None else dataclasses.replace(r, step_ids=s.step_ids, step_durations_us=s.durations_us)
+             for r, s in zip(ranks, rank_spans)]
 
     coverage = _coverage(analyses)
     diagnosis = Diagnosis(
@@ -201,10 +204,9 @@ def _straggler(analyses: list[RankAnalysis]):
 
 
 def _step_spans(analyses: list[RankAnalysis]) -> list:
-    """Each rank's complete ProfilerStep spans (steps.StepSpans), ranks without steps left out."""
-    found = (step_spans(a.trace.tables.annotations, trace_end_us(a.trace.tables),
-                        last_complete_step(a.trace.metadata)) for a in analyses)
-    return [s for s in found if s is not None]
+    """Each rank's complete ProfilerStep spans (steps.StepSpans), None for a rank without steps."""
+    return [step_spans(a.trace.tables.annotations, trace_end_us(a.trace.tables),
+                       last_complete_step(a.trace.metadata)) for a in analyses]
 
 
 def _time(analyses: list[RankAnalysis], spans: list) -> TimeBreakdown:

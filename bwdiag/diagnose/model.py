@@ -87,11 +87,29 @@ register_enum(Category, Category.OTHER)
 
 
 @dataclass(frozen=True)
+class SelectedRank(Record):
+    """One rank ``--ranks`` / ``--sample`` picked, and why."""
+
+    rank: int
+    why: str
+
+
+@dataclass(frozen=True)
+class RankSelection(Record):
+    """Which rank files of the job were analysed (``bwdiag analyze --ranks`` / ``--sample``)."""
+
+    how: str  # the option as given, e.g. "--sample 16"
+    files: int  # rank files found before selecting
+    ranks: tuple[SelectedRank, ...] = ()
+
+
+@dataclass(frozen=True)
 class Source(Record):
     paths: tuple[str, ...]
     ranks: tuple[int, ...]
     trace_kind: TraceKind
     torch_version: str | None = None
+    selection: RankSelection | None = None  # None: every rank file found was analysed
 
 
 @dataclass(frozen=True)
@@ -232,6 +250,9 @@ class RankSummary(Record):
     exposed_communication_us: float
     idle_us: float
     kernels: int
+    #: this rank's complete ProfilerStep spans (ids and durations, µs): the report's rank × step heat strip
+    step_ids: tuple[int, ...] = ()
+    step_durations_us: tuple[float, ...] = ()
 
 
 

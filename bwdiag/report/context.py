@@ -11,6 +11,7 @@ from pathlib import PurePath
 
 from bwdiag._version import __version__
 from bwdiag.diagnose.model import Bound, Diagnosis, KernelRow, SpecSource
+from bwdiag.report import many_ranks
 from bwdiag.report.display import display_tree, humanize
 from bwdiag.report.roofline import build_roofline, byte_only, plottable
 from bwdiag.report.values import bound_of, jsonable, num
@@ -35,10 +36,11 @@ def build_context(diagnosis: Diagnosis) -> dict:
     ``roofline.bandwidth.marks[*].k`` (the byte-only groups' strip), ``roofline.unplotted[*].k``
     and finding evidence refer to kernels by that index.
     """
-    kernels = sorted_kernels(diagnosis)
-    kernel_rows = _kernel_rows(kernels)
+    folded = many_ranks.aggregated(diagnosis)
+    kernels, spread = page_kernels(diagnosis)
+    kernel_rows = _kernel_rows(kernels, spread=spread)
     sections = diagnosis.sections_dict()
-    ranks = sorted({k.rank for k in kernels} | set(diagnosis.source.ranks))
+    ranks = sorted({k.rank for k in diagnosis.kernels} | set(diagnosis.source.ranks))
     ctx = {
         "schema": diagnosis.schema,
         "bwdiag_version": __version__,
@@ -48,8 +50,13 @@ def build_context(diagnosis: Diagnosis) -> dict:
             "ranks": list(diagnosis.source.ranks),
             "trace_kind": diagnosis.source.trace_kind,
             "torch_version": diagnosis.source.torch_version,
+            "selection": diagnosis.source.selection.to_dict() if diagnosis.source.selection else None,
         },
         "multi_rank": len(ranks) > 1,
+        # Over many_ranks.RANK_DETAIL_MAX ranks, per-rank rows are folded into distributions.
+        "ranks_aggregated": folded,
+        "rank_count": len(ranks),
+        "rank_detail_max": many_ranks.RANK_DETAIL_MAX,
         # What a row of the kernel table is: GPU kernels, or leaf CPU ops in a CPU-only trace.
         "item_label": "CPU op" if diagnosis.source.trace_kind == "cpu" else "Kernel",
         "verdict": build_verdict(diagnosis),
@@ -68,16 +75,19 @@ def build_context(diagnosis: Diagnosis) -> dict:
         },
         "findings": _findings(diagnosis, kernels),
         "whatif": _whatif(diagnosis),
-        "communication": _communication(diagnosis),
-        "ranks": _ranks(diagnosis),
+        "communication": _communication(diagnosis, folded),
+        "ranks": [] if folded else _ranks(diagnosis),
+        "rank_distributions": _rank_distributions(diagnosis) if folded else None,
+        "slowest_ranks": many_ranks.slowest_ranks(diagnosis) if folded else None,
+        "heat_strip": many_ranks.heat_strip(diagnosis),
         "idle": display_tree("idle", sections["idle"]) if sections["idle"] is not None else None,
-        "idle_by_rank": _by_rank_tree("idle_by_rank", sections["idle_by_rank"]),
+        "idle_by_rank": None if folded else _by_rank_tree("idle_by_rank", sections["idle_by_rank"]),
         "straggler": _straggler(diagnosis),
         "comm_fits": [f.to_dict() for f in diagnosis.comm_fits],
         # The other sections, shown generically as display trees (in diagnosis.json's order).
         "sections": [
             {"key": key, "title": humanize(key), "tree": display_tree(key, value)}
-            for key, value in _generic_sections(diagnosis, sections)
+            for key, value in _generic_sections(diagnosis, sections, folded)
         ],
         "coverage": {
             "linked_pct": diagnosis.coverage.linked_pct,
@@ -90,7 +100,7 @@ def build_context(diagnosis: Diagnosis) -> dict:
             "uncovered": [{"reason": u.reason, "us": u.us, "pct": u.pct}
                           for u in diagnosis.coverage.uncovered],
         },
-        "warnings": list(diagnosis.warnings),
+        "warnings": many_ranks.fold_warnings(diagnosis.warnings) if folded else list(diagnosis.warnings),
     }
     return jsonable(ctx)
 
@@ -160,7 +170,7 @@ KERNEL_COLUMNS = (
     "name", "rank", "category", "op", "module", "shapes", "dtype", "count", "total_us",
     "mean_us", "share_pct", "flops", "bytes", "intensity", "achieved_flops_per_s",
     "achieved_bytes_per_s", "attainable_flops_per_s", "bound", "ceiling", "pct_of_ceiling",
-    "plotted",
+    "plotted", "ranks", "rank_min_us", "rank_max_us",
 )
 
 
@@ -179,13 +189,28 @@ def sorted_kernels(diagnosis: Diagnosis) -> list[KernelRow]:
     return sorted(diagnosis.kernels, key=lambda k: (-num(k.total_us), k.rank, k.name))
 
 
+def page_kernels(diagnosis: Diagnosis) -> tuple[list[KernelRow], dict[int, dict]]:
+    """The kernel groups the page and the terminal list, longest first, and their rank spread:
+    each rank's rows, or one row per group across ranks when there are many
+    (:func:`~bwdiag.report.many_ranks.merge_kernels`; diagnosis.json keeps the per-rank rows)."""
+    if not many_ranks.aggregated(diagnosis):
+        return sorted_kernels(diagnosis), {}
+    merged, spread = many_ranks.merge_kernels(diagnosis.kernels)
+    return sorted(merged, key=lambda k: (-num(k.total_us), k.rank, k.name)), spread
+
+
 def top_kernel_rows(diagnosis: Diagnosis, n: int) -> list[dict]:
-    """The ``n`` longest kernel groups as row dicts (shares of all kernel time), for the terminal."""
-    kernels = sorted_kernels(diagnosis)
+    """The ``n`` longest kernel groups as row dicts (shares of all kernel time), for the terminal;
+    merged across ranks as the page merges them when there are many."""
+    kernels, _ = page_kernels(diagnosis)
     return _kernel_rows(kernels[:n], total=sum(num(k.total_us) for k in kernels))
 
 
-def _kernel_rows(kernels: list[KernelRow], total: float | None = None) -> list[dict]:
+def _kernel_rows(kernels: list[KernelRow], total: float | None = None,
+                 spread: dict[int, dict] | None = None) -> list[dict]:
+    """Row dicts of the kernel table; ``spread``: per merged row (by ``id``) the ranks it ran on and
+    its least and most per-rank time (:func:`~bwdiag.report.many_ranks.merge_kernels`)."""
+    spread = spread or {}
     if total is None:
         total = sum(num(k.total_us) for k in kernels)
     rows = []
@@ -203,6 +228,9 @@ def _kernel_rows(kernels: list[KernelRow], total: float | None = None) -> list[d
             "bound": bound_of(k), "ceiling": k.ceiling, "pct_of_ceiling": k.pct_of_ceiling,
             # A mark on the page's chart: a roofline point or one on the bandwidth strip.
             "plotted": plottable(k) or byte_only(k),
+            "ranks": spread.get(id(k), {}).get("ranks"),
+            "rank_min_us": spread.get(id(k), {}).get("rank_min_us"),
+            "rank_max_us": spread.get(id(k), {}).get("rank_max_us"),
         })
     return rows
 
@@ -301,11 +329,13 @@ def _whatif(d: Diagnosis) -> dict | None:
 # ---------------------------------------------------------------------------------- communication
 
 
-def _communication(d: Diagnosis) -> dict:
+def _communication(d: Diagnosis, folded: bool = False) -> dict:
     rows = sorted(d.collectives, key=lambda c: (-num(c.total_us), c.rank, c.name))
     n_ranks = max(1, len({c.rank for c in rows}))
     return {
-        "rows": [
+        # Folded (many ranks): one row per collective across ranks, times per rank.
+        "aggregated": folded,
+        "rows": many_ranks.merge_collectives(rows, n_ranks) if folded else [
             {"name": c.name, "rank": c.rank, "collective": c.collective, "count": c.count,
              "total_us": c.total_us, "exposed_us": c.exposed_us, "bytes": c.bytes,
              "algbw": c.algbw, "busbw": c.busbw, "pct_of_link": c.pct_of_link,
@@ -352,6 +382,17 @@ def _ranks(d: Diagnosis) -> list[dict]:
     return out
 
 
+def _rank_distributions(d: Diagnosis) -> dict:
+    """The per-rank tables of a many-rank job as distributions, with a histogram of the rank time
+    the slowest-rank list sorts by."""
+    rows = many_ranks.rank_distributions(d)
+    steps = {r.rank: many_ranks.median_step(r) for r in d.ranks}
+    by_step = all(v is not None for v in steps.values()) and bool(steps)
+    values = steps if by_step else {r.rank: r.busy_us for r in d.ranks}
+    return {"quantiles": list(many_ranks.QUANTILES), "rows": rows,
+            "histogram": many_ranks.histogram(values), "histogram_of": "median step" if by_step else "busy time"}
+
+
 def _by_rank_tree(key: str, records: list[dict]) -> dict | None:
     """Per-rank records (``idle_by_rank``) as a table, one row per rank; None for one rank."""
     if len(records) < 2:
@@ -359,12 +400,13 @@ def _by_rank_tree(key: str, records: list[dict]) -> dict | None:
     return display_tree(key, {r["rank"]: {k: v for k, v in r.items() if k != "rank"} for r in records})
 
 
-def _generic_sections(d: Diagnosis, sections: dict) -> list[tuple[str, object]]:
-    """(key, plain value) of the sections without a place of their own on the page."""
+def _generic_sections(d: Diagnosis, sections: dict, folded: bool = False) -> list[tuple[str, object]]:
+    """(key, plain value) of the sections without a place of their own on the page (folded: the
+    per-rank launch rows are left to the rank distributions and diagnosis.json)."""
     out: list[tuple[str, object]] = []
     if sections["launch"] is not None:
         out.append(("launch", sections["launch"]))
-    if len(sections["launch_by_rank"]) > 1:
+    if len(sections["launch_by_rank"]) > 1 and not folded:
         out.append(("launch_by_rank", {r["rank"]: {k: v for k, v in r.items() if k != "rank"}
                                        for r in sections["launch_by_rank"]}))
     if sections["compiled"] is not None:

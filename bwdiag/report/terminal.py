@@ -80,6 +80,11 @@ def print_summary(
     source = "" if dev["spec_source"] in dev["name"].lower() else f" ({dev['spec_source']})"
     head.append(f"  ·  {dev['name']}{source}", style="dim")
     console.print(head)
+    sel = ctx["source"]["selection"]
+    if sel:
+        console.print(Text(f"{len(sel['ranks'])} of {sel['files']:,} rank files analysed ({sel['how']}): "
+                           f"ranks {', '.join(str(r['rank']) for r in sel['ranks'][:16])}"
+                           f"{' …' if len(sel['ranks']) > 16 else ''}; why in the report", style="dim"))
 
     when = Text()
     if v["step_us"]:

@@ -35,7 +35,8 @@ import pandas as pd
 from bwdiag.errors import TraceError
 from bwdiag.trace.events import EventTables, Tabulator
 from bwdiag.trace.link import GRAPH_LAUNCH_NAMES, _enclosing, link, thread_indexes
-from bwdiag.trace.read import CAPTURE_DIR, expand_trace_paths, read_trace_file
+from bwdiag.trace.read import read_trace_file
+from bwdiag.trace.sources import CAPTURE_DIR, list_sources
 
 #: The folder vLLM writes capture-time traces into, beside the execution trace.
 
@@ -94,7 +95,7 @@ class AlignStats:
 
 def capture_files(paths: Sequence[str | Path]) -> list[Path]:
     """The capture trace files among ``paths`` (files, or folders searched for trace files)."""
-    return expand_trace_paths(paths, missing="no such graph-capture trace or folder",
+    return list_sources(paths, missing="no such graph-capture trace or folder",
                               empty="folder holds no capture traces (*.json or *.json.gz)")
 
 

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from bwdiag.errors import TraceError
 from bwdiag.trace.events import EventTables, Tabulator
-from bwdiag.trace.read import CAPTURE_DIR
-from bwdiag.trace.read import expand_trace_paths, read_trace_file
+from bwdiag.trace.read import read_trace_file
 from bwdiag.trace.salvage import sanitize_args
+from bwdiag.trace.sources import CAPTURE_DIR, Source, list_sources, open_source, source_size
 from bwdiag.trace.stream import CutRejected, NotStreamable, paused_gc, stream_events
 from bwdiag.trace.windows import one_window_per_process
 from bwdiag.trace.workers import forkable
@@ -67,10 +67,12 @@ class RankTrace:
         return self.tables.ops
 
 
-def find_trace_files(paths: Sequence[str | Path]) -> list[Path]:
-    """Expand folders into their trace files (sorted); refuse paths that are missing or hold none.
-    Graph-capture traces (a ``capture_traces/`` sub-folder) price replays: they are not ranks."""
-    return expand_trace_paths(
+def find_trace_files(paths: Sequence[str | Path]) -> list[Source]:
+    """Expand folders, glob patterns and fsspec URLs into their trace files (sorted); refuse paths that
+    are missing or hold none. Graph-capture traces (a ``capture_traces/`` sub-folder) price replays:
+    they are not ranks. Local files come back as ``Path``, remote ones as
+    :class:`~bwdiag.trace.sources.UrlPath`; :func:`load_rank` takes either."""
+    return list_sources(
         paths, missing="no such file or folder", skip_dir=CAPTURE_DIR,
         empty="folder holds no trace files (*.json or *.json.gz); "
               "point at the folder torch.profiler's tensorboard_trace_handler wrote")
@@ -141,8 +143,8 @@ PARALLEL_MIN_BYTES = {"gzip": 1 << 20, "plain": 16 << 20}
 
 def _stream(path: Path, tab: Tabulator, progress, jobs: int, meanwhile=None) -> dict[str, Any]:
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as fh:
+        size = source_size(path)
+        with open_source(path) as fh:
             gz = fh.read(2) == b"\x1f\x8b"
     except OSError:
         size, gz = 0, False

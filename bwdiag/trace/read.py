@@ -243,35 +243,3 @@ def _clean(data: bytes) -> tuple[bytes, list[str]]:
     if n:
         fixes.append(f"{n} non-finite numbers read as null")
     return data, fixes
-
-
-#: File endings of trace files; ``diagnosis.json`` (bwdiag's own output) is never one.
-TRACE_SUFFIXES = (".json", ".json.gz")
-# Folder beside a trace that holds its CUDA-graph capture-time traces (see bwdiag.trace.graphs).
-CAPTURE_DIR = "capture_traces"
-
-
-def expand_trace_paths(paths, *, missing: str, empty: str, skip_dir: str | None = None) -> list[Path]:
-    """Files as given, folders expanded into their trace files (sorted, recursively), each once.
-
-    ``missing`` / ``empty`` end the one-line errors for a path that does not exist and a folder with
-    no trace file; files under a sub-folder named ``skip_dir`` are left out of a folder's expansion.
-    """
-    files: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if not path.exists():
-            raise TraceError(f"{path}: {missing}")
-        if not path.is_dir():
-            files.append(path)
-            continue
-        found = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
-                       and p.name != "diagnosis.json"
-                       and (skip_dir is None or skip_dir not in p.relative_to(path).parts[:-1]))
-        if not found:
-            raise TraceError(f"{path}: {empty}")
-        files.extend(found)
-    unique: dict[Path, Path] = {}  # a file named twice (or inside a folder also given) is read once
-    for f in files:
-        unique.setdefault(f.resolve(), f)
-    return list(unique.values())

@@ -93,12 +93,14 @@ def _blocks(path: Path, progress: Callable[[int, int], None] | None) -> Iterator
 
 
 def _raw_blocks(path: Path, progress: Callable[[int, int], None] | None) -> Iterator[bytes]:
+    from bwdiag.trace.sources import open_source, source_size
+
     try:
-        fh = open(path, "rb")
+        fh = open_source(path)
     except OSError as err:
         raise NotStreamable(str(err)) from None
     with fh:
-        total = path.stat().st_size
+        total = source_size(path)
         first = fh.read(_READ_BYTES)
         done = len(first)
         if not first.startswith(_GZIP_MAGIC):
