@@ -323,7 +323,7 @@ def load_traces(paths: Iterable[str | Path], *, progress=None, file_progress=Non
         raise TraceError(errors[0] if len(errors) == 1 else "no readable trace: " + "; ".join(errors))
     warnings.extend(f"skipped unreadable rank file: {e}" for e in errors)
     traces = one_window_per_process(traces, warnings)
-    _assign_ranks(traces, warnings)
+    assign_ranks(traces, warnings)
     for t in traces:
         warnings.extend(t.warnings)
     return sorted(traces, key=lambda t: t.rank), warnings
@@ -377,7 +377,10 @@ def _load_all(files: list[Path], jobs: int, file_progress, meanwhile=None,
             yield _load_or_error(f, **_with(captures))
 
 
-def _assign_ranks(traces: list[RankTrace], warnings: list[str]) -> None:
+def assign_ranks(traces: list[RankTrace], warnings: list[str]) -> None:
+    """Give every trace without a rank the lowest free one, and a rank two traces claim to the later
+    one (by path) as a new number; each change is a warning. Works on anything with ``path`` and
+    ``rank`` (the reduce passes rank summaries)."""
     used = {t.rank for t in traces if t.rank >= 0}
     for t in traces:
         if t.rank < 0:
