@@ -142,9 +142,15 @@ def _default_out(paths: tuple[str, ...]) -> Path:
                    "bound, % of ceiling, FLOPs, bytes and finding ids in each kernel's args, a time-by-bound counter "
                    "and one slice per finding on a 'bwdiag' process. FILE.json or FILE.json.gz; a folder for several "
                    "ranks (one file per rank). Refused if it exists, unless --force.")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Where each rank is summarised: this machine's worker processes, or one Ray task per rank "
+                   'file (pip install "bwdiag[ray]"). The diagnosis is the same.')
+@click.option("--address", metavar="ADDR", default=None,
+              help="With --engine ray: the Ray cluster (auto, ray://host:10001) [default: start a local Ray].")
 def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | None, force: bool,
             open_report: bool, graph_capture: tuple[Path, ...], with_hta: bool,
-            summary_md: Path | None = None, annotated_trace: Path | None = None) -> None:
+            summary_md: Path | None = None, annotated_trace: Path | None = None,
+            engine: str = "local", address: str | None = None) -> None:
     """Diagnose saved torch.profiler traces: files (.json / .json.gz) or folders of rank files."""
     from bwdiag import pipeline
     from bwdiag.interrupts import ends_cleanly_when_interrupted
@@ -154,11 +160,15 @@ def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | N
     annotated = pipeline.plan_annotated_trace(annotated_trace, traces, force=force) if annotated_trace else None
     if with_hta:
         pipeline.require_hta()
+    if address is not None and engine != "ray":
+        raise click.UsageError("--address needs --engine ray")
+    pipeline.require_engine(engine, annotated=annotated is not None)
     global _exit_without_cleanup
     _exit_without_cleanup = True  # an interrupted analysis ends at once (bwdiag.interrupts)
     with ends_cleanly_when_interrupted() as interrupts:
         diagnosis = pipeline.analyze(traces, device_spec=device_spec, progress=sys.stderr.isatty(),
-                                     graph_capture=graph_capture or None, annotated=annotated)
+                                     graph_capture=graph_capture or None, annotated=annotated,
+                                     engine=engine, address=address)
         hta = None
         if with_hta:
             diagnosis, hta = pipeline.compare_with_hta(traces, diagnosis, progress=sys.stderr.isatty())

@@ -59,10 +59,17 @@ def diagnose(traces: Sequence[RankTrace], *, device_spec: Path | None = None,
              load_warnings: Sequence[str] = ()) -> tuple[Diagnosis, list[RankAnalysis]]:
     """Diagnose one or more ranks of the same job against the device's ceilings (every rank in
     this process; :mod:`bwdiag.diagnose.reduce` does the same from rank summaries)."""
+    diagnosis, analyses, _ = diagnose_with_digests(traces, device_spec=device_spec, load_warnings=load_warnings)
+    return diagnosis, analyses
+
+
+def diagnose_with_digests(traces: Sequence[RankTrace], *, device_spec: Path | None = None,
+                          load_warnings: Sequence[str] = ()) -> tuple[Diagnosis, list[RankAnalysis], list]:
+    """:func:`diagnose` and the rank summaries (``digest.RankDigest``) it was assembled from."""
     trace_kind = "gpu" if any(t.is_gpu for t in traces) else "cpu"
     first = next((t for t in traces if t.is_gpu), traces[0])
     spec, spec_warnings = job_device(first.device_properties, trace_kind, [t.metadata for t in traces],
                                      accelerator_of(t.tables.accelerators for t in traces), device_spec)
     analyses = [analyze_rank(t, spec) for t in traces]
     digests = [digest_of(a, spec) for a in analyses]
-    return assemble(digests, spec, [*load_warnings, *spec_warnings]), analyses
+    return assemble(digests, spec, [*load_warnings, *spec_warnings]), analyses, digests

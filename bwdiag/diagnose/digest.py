@@ -70,7 +70,8 @@ class RankDigest:
     metadata: dict[str, Any]
     device_properties: dict[str, Any] | None
     accelerators: tuple[str, ...]
-    spec: DeviceSpec  # the ceilings its groups were placed against
+    spec_name: str  # the device whose ceilings its groups were placed against ...
+    spec_key: tuple  # ... and those ceilings (:func:`spec_key`), to tell a rank placed on other ones
     load_warnings: tuple[str, ...]
     kernels: tuple[KernelRow, ...]
     collectives: tuple[CollectiveRow, ...]  # before the job's α/β fit names their regimes
@@ -114,7 +115,7 @@ def digest_of(analysis, spec: DeviceSpec, named_rank: int | None = None) -> Rank
         path=t.path, rank=t.rank, named_rank=t.rank if named_rank is None else named_rank,
         process=process_key(t), start_ns=start_ns(t), is_gpu=t.is_gpu, metadata=t.metadata,
         device_properties=t.device_properties, accelerators=tuple(sorted(t.tables.accelerators)),
-        spec=spec, load_warnings=tuple(t.warnings),
+        spec_name=spec.name, spec_key=spec_key(spec), load_warnings=tuple(t.warnings),
         kernels=tuple(kernel_rows(analysis.groups, t.rank)),
         collectives=tuple(collective_rows(acts, t.rank, spec, world_size(t.metadata))),
         summary=summary, time=rt,
@@ -123,6 +124,13 @@ def digest_of(analysis, spec: DeviceSpec, named_rank: int | None = None) -> Rank
         above_roof=dict(analysis.above_roof or {}), coverage=coverage_sums(acts),
         uncovered=uncovered.rank_reasons(analysis, _op_costs), calls=collective_calls(acts),
     )
+
+
+def spec_key(spec: DeviceSpec) -> tuple:
+    """What tells two devices' ceilings apart, as plain data (``DeviceSpec`` holds read-only
+    mappings that do not pickle)."""
+    return (spec.name, spec.kind, str(spec.spec_source), spec.memory_bandwidth, spec.interconnect_bandwidth,
+            tuple(sorted(spec.tensor_flops.items())), tuple(sorted(spec.vector_flops.items())))
 
 
 def world_size(metadata: dict) -> int | None:
