@@ -65,9 +65,10 @@ def summarize_rank(trace: RankTrace, *, device_spec: Path | None = None, keep: b
     diagnosis = add_findings(diagnosis, [analysis], results_out=results)
     applied = diagnosis.whatif.findings if diagnosis.whatif is not None else ()
     digest.named_rank = named
+    # diagnosis.findings are the results' findings, in their order, with the per-step savings set
     digest.findings = tuple(
-        RankFinding(r.finding, float(r.idle_us), float(applied[i].applied_us) if i < len(applied) else None)
-        for i, r in enumerate(results))
+        RankFinding(f, float(r.idle_us), float(applied[i].applied_us) if i < len(applied) else None)
+        for i, (f, r) in enumerate(zip(diagnosis.findings, results, strict=True)))
     digest.whatif = diagnosis.whatif
     return RankMap(digest, analysis, results) if keep else RankMap(digest)
 
