@@ -78,15 +78,29 @@ def job32(tmp_path_factory) -> Path:
     return folder
 
 
+def test_findings_merged_across_ranks_save_the_mean(job32):
+    """The rules run per rank; the job's finding saves the mean over ranks. Exposed all_reduce per
+    rank: 2 calls × 100 µs with nothing else running (rank 7: 2 × 20 µs), so the overlap finding
+    saves (31 × 200 + 40) / 32 = 195 µs over the window, and per step 195 × step ÷ window."""
+    d = pipeline.analyze([job32])
+    (overlap,) = [f for f in d.findings if f.kind == "overlap"]
+    assert overlap.est_saving_us == pytest.approx((31 * 200 + 2 * 20) / 32)
+    assert overlap.est_saving_per_step_us == pytest.approx(overlap.est_saving_us * d.time.step_us / d.time.total_us)
+    assert overlap.evidence[-1].startswith(f"found on {RANKS} of {RANKS} ranks")
+    assert d.whatif.findings[0].applied_us == pytest.approx(overlap.est_saving_us)
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     try:
         import ray
     except ImportError:
         missing_input('Ray is not installed (pip install -e ".[test]" installs it)')
+    # The workers inherit PYTHONPATH from the raylet: this checkout, and tests/ for _kills_rank3.
     path = os.pathsep.join([str(REPO), str(REPO / "tests")])
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": path}})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", path)
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     try:
         yield ray
     finally:
@@ -160,3 +174,4 @@ def test_engine_ray_without_ray_fails_in_one_line(monkeypatch, tmp_path, job32):
     assert res.exit_code == 2
     assert 'pip install "bwdiag[ray]"' in res.output
     assert not (tmp_path / "out").exists()
+

@@ -34,7 +34,7 @@ from bwdiag.diagnose.findings.whatif import PROJECTED_FINDINGS
 from bwdiag.diagnose.model import AppliedFinding, Diagnosis, Finding, WhatIf
 from bwdiag.errors import TraceError
 from bwdiag.trace.load import RankTrace, assign_ranks
-from bwdiag.trace.windows import one_window_per_process
+from bwdiag.trace.windows import one_window_per_process, process_key
 
 _NUMBER = re.compile(r"\d[\d,.]*")
 
@@ -57,14 +57,14 @@ def summarize_rank(trace: RankTrace, *, device_spec: Path | None = None, keep: b
     A rank the trace does not name (-1) is diagnosed as rank 0 until :func:`reduce` assigns its
     number. ``keep``: also hand back the analysis (its DataFrames) and the rules' results.
     """
-    named = trace.rank
+    named, process = trace.rank, process_key(trace)  # the process key says -1 for an unnamed rank
     if trace.rank < 0:
         trace.rank = 0
     diagnosis, (analysis,), (digest,) = diagnose_with_digests([trace], device_spec=device_spec)
     results: list[RuleResult] = []
     diagnosis = add_findings(diagnosis, [analysis], results_out=results)
     applied = diagnosis.whatif.findings if diagnosis.whatif is not None else ()
-    digest.named_rank = named
+    digest.named_rank, digest.process = named, process
     # diagnosis.findings are the results' findings, in their order, with the per-step savings set
     digest.findings = tuple(
         RankFinding(f, float(r.idle_us), float(applied[i].applied_us) if i < len(applied) else None)

@@ -13,6 +13,7 @@ with the reason, and the rest of the job is diagnosed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Callable, Sequence
@@ -47,8 +48,8 @@ def run(files: Sequence[Path], *, address: str | None = None, device_spec: Path 
     started = False
     if not ray.is_initialized():
         try:
-            ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
-                     runtime_env=None if address else {"env_vars": {"PYTHONPATH": _package_root()}})
+            with _pythonpath(None if address else _package_root()):
+                ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as err:
             where = address or "a local instance"
             raise EngineError(f"--engine ray: cannot start or reach Ray at {where} ({err})") from None
@@ -101,6 +102,24 @@ def _get(ray, ref, path: Path):
         return Missing(path, f"{path}: the analysis failed on Ray ({type(cause).__name__}: {cause})")
     except rx.RayError as err:  # WorkerCrashedError, OutOfMemoryError, NodeDiedError, ObjectLostError ...
         return Missing(path, f"{path}: its Ray worker died before finishing ({type(err).__name__})")
+
+
+@contextlib.contextmanager
+def _pythonpath(value: str | None):
+    """``PYTHONPATH`` set to ``value`` while a local Ray starts (its raylet and workers inherit this
+    process's environment; a runtime_env would cost an agent and seconds per worker), then restored."""
+    if value is None:
+        yield
+        return
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = old
 
 
 def _package_root() -> str:
