@@ -5,8 +5,8 @@ H100 BERT inference trace by default, about ``--events`` events per rank). Each 
 analysed in a fresh subprocess — ``bwdiag.pipeline.analyze(folder, engine=...)``, the map and the
 reduce ``bwdiag analyze`` runs — which reports its wall time and its own peak RSS
 (``getrusage(RUSAGE_SELF)``: the process that receives the summaries and reduces them; the local
-engine's forked workers and Ray's workers are other processes). Without ``--address`` the Ray runs
-start a local Ray instance of ``--cpus`` CPUs, whose start-up is inside the wall time.
+engine's forked workers and Ray's workers are other processes). The Ray runs start a local Ray
+instance of ``--cpus`` CPUs before the clock starts (its workers' start-up is inside the wall time).
 
     python benchmarks/scale_out.py                          # N = 8 64 256, both engines
     python benchmarks/scale_out.py --ranks 8 64 --engines local
