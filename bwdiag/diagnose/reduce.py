@@ -51,18 +51,22 @@ class RankMap:
         self.digest, self.analysis, self.results = digest, analysis, results
 
 
-def summarize_rank(trace: RankTrace, *, device_spec: Path | None = None, keep: bool = False) -> RankMap:
+def summarize_rank(trace: RankTrace, *, device_spec: Path | None = None, keep: bool = False,
+                   job_ranks: int | None = None) -> RankMap:
     """The map: diagnose one rank on its own and summarise it (see the module docstring).
 
     A rank the trace does not name (-1) is diagnosed as rank 0 until :func:`reduce` assigns its
     number. ``keep``: also hand back the analysis (its DataFrames) and the rules' results.
+    ``job_ranks``: how many rank files the job has (``RuleContext.job_ranks``: rules that weigh a
+    fact of the job, such as the cores its ranks share, see the whole job, not this one rank).
     """
     named, process = trace.rank, process_key(trace)  # the process key says -1 for an unnamed rank
     if trace.rank < 0:
         trace.rank = 0
     diagnosis, (analysis,), (digest,) = diagnose_with_digests([trace], device_spec=device_spec)
     results: list[RuleResult] = []
-    diagnosis = add_findings(diagnosis, [analysis], results_out=results)
+    diagnosis = add_findings(diagnosis, [analysis], results_out=results,
+                             job_ranks=job_ranks if job_ranks and job_ranks > 1 else None)
     applied = diagnosis.whatif.findings if diagnosis.whatif is not None else ()
     digest.named_rank, digest.process = named, process
     # diagnosis.findings are the results' findings, in their order, with the per-step savings set
@@ -136,7 +140,9 @@ def merge_findings(diagnosis: Diagnosis, digests: Sequence[RankDigest]
     for members in groups.values():
         savings = [digests[p].findings[i].finding.est_saving_us for p, i in members]
         saving = float(sum(savings) / n)
-        if not ctx.worth_reporting(saving):
+        # Under the job's threshold: dropped, unless its ranks report it with no saving on purpose
+        # (a finding that names a problem and says why no saving is claimed).
+        if not ctx.worth_reporting(saving) and any(s > 0 for s in savings):
             continue
         best_pos, best_i = members[int(np.argmax(savings))]
         best = digests[best_pos].findings[best_i].finding

@@ -19,11 +19,12 @@ class Missing:
 
 
 def map_rank(path: Path, file_progress=None, jobs: int = 1, meanwhile=None, *, captures=None,
-             device_spec: Path | None = None, keep: bool = False):
+             device_spec: Path | None = None, keep: bool = False, job_ranks: int | None = None):
     """The map of one rank file: a ``reduce.RankMap``, or :class:`Missing` when the file cannot be read.
 
     ``file_progress``, ``jobs`` and ``meanwhile`` are ``trace.load_rank``'s (a single big file's
-    chunks parsed in parallel); ``keep`` hands back the analysis and the rules' results as well.
+    chunks parsed in parallel); ``keep`` hands back the analysis and the rules' results as well;
+    ``job_ranks``: the job's number of rank files (``reduce.summarize_rank``).
     """
     from bwdiag.diagnose.reduce import summarize_rank
     from bwdiag.trace import load_rank
@@ -32,7 +33,7 @@ def map_rank(path: Path, file_progress=None, jobs: int = 1, meanwhile=None, *, c
         trace = load_rank(path, file_progress, jobs, meanwhile, graph_capture=captures)
     except TraceError as err:
         return Missing(Path(path), str(err))
-    return summarize_rank(trace, device_spec=device_spec, keep=keep)
+    return summarize_rank(trace, device_spec=device_spec, keep=keep, job_ranks=job_ranks)
 
 
 def run(files: Sequence[Path], *, device_spec: Path | None = None, graph_capture=None, keep: bool = False,
@@ -49,7 +50,8 @@ def run(files: Sequence[Path], *, device_spec: Path | None = None, graph_capture
         captures = capture_files(list(graph_capture))
     files = list(files)
     jobs = default_jobs(len(files)) if jobs is None else jobs
-    work = functools.partial(map_rank, captures=captures, device_spec=device_spec, keep=keep)
+    work = functools.partial(map_rank, captures=captures, device_spec=device_spec, keep=keep,
+                             job_ranks=len(files))
     maps, missing = [], []
     for result in map_files(files, work, jobs, file_progress, meanwhile):
         (missing if isinstance(result, Missing) else maps).append(result)

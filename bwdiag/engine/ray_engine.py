@@ -76,7 +76,7 @@ def _run(ray, files, device_spec, graph_capture, progress, max_in_flight, work):
     while queue or pending:
         while queue and len(pending) < limit:
             i, path = queue.pop()
-            pending[task.remote(work, str(path), captures, device_spec)] = i
+            pending[task.remote(work, str(path), captures, device_spec, len(files))] = i
         done, _ = ray.wait(list(pending), num_returns=1)
         for ref in done:
             i = pending.pop(ref)
@@ -87,8 +87,8 @@ def _run(ray, files, device_spec, graph_capture, progress, max_in_flight, work):
     return maps, [r for r in results if isinstance(r, Missing)]
 
 
-def _task(work, path: str, captures, device_spec):
-    return work(Path(path), captures=captures, device_spec=device_spec)
+def _task(work, path: str, captures, device_spec, job_ranks: int):
+    return work(Path(path), captures=captures, device_spec=device_spec, job_ranks=job_ranks)
 
 
 def _get(ray, ref, path: Path):
