@@ -14,7 +14,7 @@ calls, never with the number of events.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +87,6 @@ class RankDigest:
     calls: pd.DataFrame  # CALL_COLUMNS: every collective call
     findings: tuple[RankFinding, ...] = ()
     whatif: WhatIf | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def with_rank(self, rank: int) -> RankDigest:
         """The digest renumbered as ``rank`` (every per-rank record says it)."""
