@@ -149,10 +149,16 @@ def _default_out(paths: tuple[str, ...]) -> Path:
 @click.option("--sample", type=int, metavar="N",
               help="Analyse N ranks of a big job: spread across its nodes, plus the slowest found by a quick "
                    "first pass over step markers (ProfilerStep spans). The report says which and why.")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Where each rank is summarised: this machine's worker processes, or one Ray task per rank "
+                   'file (pip install "bwdiag[ray]"). The diagnosis is the same.')
+@click.option("--address", metavar="ADDR", default=None,
+              help="With --engine ray: the Ray cluster (auto, ray://host:10001) [default: start a local Ray].")
 def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | None, force: bool,
             open_report: bool, graph_capture: tuple[Path, ...], with_hta: bool,
             summary_md: Path | None = None, annotated_trace: Path | None = None,
-            ranks_spec: str | None = None, sample: int | None = None) -> None:
+            ranks_spec: str | None = None, sample: int | None = None,
+            engine: str = "local", address: str | None = None) -> None:
     """Diagnose saved torch.profiler traces: files (.json / .json.gz), folders of rank files, glob
     patterns ('traces/rank*.json.gz') or fsspec URLs (s3://, gs://, file://; pip install "bwdiag[cloud]")."""
     from bwdiag import pipeline
@@ -170,11 +176,15 @@ def analyze(traces: tuple[str, ...], out_dir: Path | None, device_spec: Path | N
     annotated = pipeline.plan_annotated_trace(annotated_trace, traces, force=force) if annotated_trace else None
     if with_hta:
         pipeline.require_hta()
+    if address is not None and engine != "ray":
+        raise click.UsageError("--address needs --engine ray")
+    pipeline.require_engine(engine, annotated=annotated is not None)
     global _exit_without_cleanup
     _exit_without_cleanup = True  # an interrupted analysis ends at once (bwdiag.interrupts)
     with ends_cleanly_when_interrupted() as interrupts:
         diagnosis = pipeline.analyze(traces, device_spec=device_spec, progress=sys.stderr.isatty(),
-                                     graph_capture=graph_capture or None, annotated=annotated)
+                                     graph_capture=graph_capture or None, annotated=annotated,
+                                     engine=engine, address=address)
         if selection is not None:
             diagnosis = _with_selection(diagnosis, selection)
         hta = None

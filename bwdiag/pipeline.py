@@ -22,22 +22,38 @@ OUTPUT_NAMES = {"json": "diagnosis.json", "html": "report.html"}
 
 def analyze(paths: Sequence[str | os.PathLike], *, device_spec: Path | None = None,
             progress: bool = False, graph_capture: Sequence[str | os.PathLike] | None = None,
-            annotated: AnnotatedTarget | None = None) -> Diagnosis:
+            annotated: AnnotatedTarget | None = None, engine: str = "local",
+            address: str | None = None) -> Diagnosis:
     """Load the traces under ``paths`` (files and/or folders of rank files) and diagnose them.
 
     ``graph_capture``: capture-time traces (files or folders) that price CUDA/HIP graph replays;
     without it, a ``capture_traces/`` folder beside each trace is used when there is one.
     ``annotated``: where to write the traces back with bwdiag's classification
     (:func:`plan_annotated_trace`); the files written are in ``annotated.written`` afterwards.
+    ``engine``: where each rank is summarised (:mod:`bwdiag.engine`): ``"local"`` worker processes,
+    or ``"ray"`` tasks (``address``: the cluster, default a local Ray instance); the diagnosis is the same.
     """
     results: list | None = [] if annotated is not None else None
     diagnosis, analyses = _analyze(paths, device_spec=device_spec, progress=progress, graph_capture=graph_capture,
-                                   results=results)
+                                   results=results, engine=engine, address=address)
     if annotated is not None:
         from bwdiag.report import annotated_trace
 
         annotated.written[:] = annotated_trace.write(annotated, diagnosis, analyses, results)
     return diagnosis
+
+
+def require_engine(engine: str, *, annotated: bool = False) -> None:
+    """Fail before any work (exit 2, one line) when ``engine`` cannot run: Ray not installed
+    (naming ``pip install "bwdiag[ray]"``), or ``--annotated-trace``, which needs every rank's
+    events in this process, asked of Ray."""
+    if engine == "ray":
+        from bwdiag.engine.ray_engine import EngineError, require
+
+        require()
+        if annotated:
+            raise EngineError("--annotated-trace needs every rank's events in this process: "
+                              "use it with --engine local")
 
 
 def plan_annotated_trace(target: str | os.PathLike, paths: Sequence[str | os.PathLike], *,
@@ -50,21 +66,30 @@ def plan_annotated_trace(target: str | os.PathLike, paths: Sequence[str | os.Pat
     return plan(target, find_trace_files(list(paths)), force=force)
 
 
-def _analyze(paths, *, device_spec, progress, graph_capture, results=None):
-    """The diagnosis and the per-rank analyses it was made from (``results``: a list that receives
-    the findings rules' results, see :func:`~bwdiag.diagnose.findings.add_findings`)."""
-    from bwdiag.trace import find_trace_files, load_traces
+def _analyze(paths, *, device_spec, progress, graph_capture, results=None, engine="local", address=None):
+    """The diagnosis and, when ``results`` asks for the findings rules' results (a list that
+    receives them, see :func:`~bwdiag.diagnose.reduce.reduce`), the per-rank analyses it was made
+    from (else ``[]``). Map per rank on ``engine``, reduce here."""
+    from bwdiag.trace import find_trace_files
 
     files = find_trace_files(list(paths))
     with _progress(progress, files) as bar:
-        traces, warnings = load_traces(files, progress=bar.file_done, file_progress=bar.file_bytes,
-                                       meanwhile=_import_analysis, graph_capture=graph_capture)
-        bar.phase("analysing")
-        from bwdiag.diagnose.build import diagnose
-        from bwdiag.diagnose.findings import add_findings
+        if engine == "ray":
+            from bwdiag.engine import ray_engine
 
-        diagnosis, analyses = diagnose(traces, device_spec=device_spec, load_warnings=warnings)
-        return add_findings(diagnosis, analyses, results_out=results), analyses
+            bar.phase(f"analysing {len(files)} rank(s) on Ray", total=len(files))
+            maps, missing = ray_engine.run(files, address=address, device_spec=device_spec,
+                                           graph_capture=graph_capture, progress=bar.file_done)
+        else:
+            from bwdiag.engine import local
+
+            maps, missing = local.run(files, device_spec=device_spec, graph_capture=graph_capture,
+                                      keep=results is not None, progress=bar.file_done,
+                                      file_progress=bar.file_bytes, meanwhile=_import_analysis)
+        bar.phase("combining the ranks")
+        from bwdiag.diagnose.reduce import reduce
+
+        return reduce(maps, [m.reason for m in missing], device_spec=device_spec, results_out=results)
 
 
 def require_hta() -> None:
@@ -286,10 +311,11 @@ class _progress:
         self._done, self._total = done, total
         self._update(completed=done, total=total)
 
-    def phase(self, text: str) -> None:
-        """Loading is over: show ``text`` with a spinner (no known end)."""
-        self._desc, self._done, self._total = text, 0, None
-        self._update(description=text, completed=0, total=None)
+    def phase(self, text: str, total: int | None = None) -> None:
+        """A new phase: show ``text`` with a spinner (no known end), or a bar of ``total`` steps
+        (:meth:`file_done` counts them)."""
+        self._desc, self._done, self._total = text, 0, total
+        self._update(description=text, completed=0, total=total)
 
     def __exit__(self, *exc):
         with self._lock:

@@ -2,7 +2,7 @@
 
 Layers, top to bottom (docs/ARCHITECTURE.md)::
 
-    cli  →  capture  →  diff  →  pipeline  →  report  →  diagnose  →  {costs, hardware}  →  trace
+    cli  →  capture  →  diff  →  pipeline  →  engine  →  report  →  diagnose  →  {costs, hardware}  →  trace
                                                             (leaves: bwdiag.errors, bwdiag.cache, bwdiag._version)
 
 A module may import its own layer's modules and any layer below it; ``costs`` and ``hardware``
@@ -30,6 +30,7 @@ LAYER_ORDER: tuple[tuple[str, ...], ...] = (
     ("capture",),
     ("diff",),
     ("pipeline",),
+    ("engine",),  # where the map runs: local worker processes or Ray (bwdiag.engine)
     ("report",),
     ("diagnose",),
     ("costs", "hardware"),

@@ -38,21 +38,33 @@ _COMPILED_OP = re.compile(r"^(CompiledFunction(Backward)?|Torch-Compiled Region|
 def reasons(analyses, op_costs) -> tuple[Uncovered, ...]:
     """The reasons compute-kernel time of ``analyses`` (build.RankAnalysis) has no estimate,
     largest first. ``op_costs(ops, indices)`` gives each op's :class:`~bwdiag.costs.Cost`."""
+    return combine([rank_reasons(a, op_costs) for a in analyses])
+
+
+def rank_reasons(a, op_costs) -> tuple[float, dict[str, float]]:
+    """One rank's part of :func:`reasons`: its compute-kernel µs and the µs of each reason it has
+    (what a rank summary carries to the reduce)."""
+    acts = a.activities
+    if acts.empty:
+        return 0.0, {}
+    kind = acts["kind"].to_numpy(dtype=object)
+    compute = ~np.isin(kind, list(_NOT_COMPUTE)) & (acts["category"].to_numpy(dtype=object)
+                                                     != Category.COMMUNICATION.value)
+    dur = acts["dur"].to_numpy(float)
+    compute_us = float(dur[compute].sum())
+    missing = compute & acts["flops"].isna().to_numpy() & acts["bytes"].isna().to_numpy()
+    if not missing.any():
+        return compute_us, {}
+    return compute_us, _reasons_of(a, acts[missing], op_costs)
+
+
+def combine(parts) -> tuple[Uncovered, ...]:
+    """:func:`reasons` from each rank's ``(compute_us, {reason: us})`` (:func:`rank_reasons`), in rank order."""
     by_reason: dict[str, float] = {}
     compute_us = 0.0
-    for a in analyses:
-        acts = a.activities
-        if acts.empty:
-            continue
-        kind = acts["kind"].to_numpy(dtype=object)
-        compute = ~np.isin(kind, list(_NOT_COMPUTE)) & (acts["category"].to_numpy(dtype=object)
-                                                         != Category.COMMUNICATION.value)
-        dur = acts["dur"].to_numpy(float)
-        compute_us += float(dur[compute].sum())
-        missing = compute & acts["flops"].isna().to_numpy() & acts["bytes"].isna().to_numpy()
-        if not missing.any():
-            continue
-        for reason, us in _reasons_of(a, acts[missing], op_costs).items():
+    for rank_compute_us, rank_by_reason in parts:
+        compute_us += rank_compute_us
+        for reason, us in rank_by_reason.items():
             by_reason[reason] = by_reason.get(reason, 0.0) + us
     if compute_us <= 0:
         return ()

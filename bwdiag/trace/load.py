@@ -325,7 +325,7 @@ def load_traces(paths: Iterable[str | Path], *, progress=None, file_progress=Non
         raise TraceError(errors[0] if len(errors) == 1 else "no readable trace: " + "; ".join(errors))
     warnings.extend(f"skipped unreadable rank file: {e}" for e in errors)
     traces = one_window_per_process(traces, warnings)
-    _assign_ranks(traces, warnings)
+    assign_ranks(traces, warnings)
     for t in traces:
         warnings.extend(t.warnings)
     return sorted(traces, key=lambda t: t.rank), warnings
@@ -347,12 +347,25 @@ def _with(captures) -> dict:
 def _load_all(files: list[Path], jobs: int, file_progress, meanwhile=None,
               captures=None) -> Iterable[RankTrace | TraceError]:
     """Each file's RankTrace (or its TraceError), in order; in worker processes when ``jobs`` > 1."""
+    return map_files(files, _load_or_error, jobs, file_progress, meanwhile, **_with(captures))
+
+
+def map_files(files: list[Path], work: Callable[..., Any], jobs: int, file_progress=None, meanwhile=None,
+              **kwargs) -> Iterable[Any]:
+    """``work(path, **kwargs)`` of each file, in order (a generator: each result as soon as it and
+    those before it are done); in ``jobs`` forked worker processes when there are several files.
+
+    One file is worked on here, as ``work(path, file_progress, jobs, meanwhile, **kwargs)``: its
+    chunks may still be parsed in parallel. A worker that dies (killed for memory?) costs nothing:
+    its file and the ones not yet started are worked on here, one by one. ``work`` must be a
+    module-level function (or a ``functools.partial`` of one) that returns its errors, never raises them.
+    """
     if len(files) == 1:  # one file: its chunks may still be parsed in parallel
-        yield _load_or_error(files[0], file_progress, jobs, meanwhile, captures)
+        yield work(files[0], file_progress, jobs, meanwhile, **kwargs)
         return
     if jobs <= 1 or not forkable():
         for f in files:
-            yield _load_or_error(f, **_with(captures))
+            yield work(f, **kwargs)
         return
     # Whole ranks load in the workers, tables and linking included: import pandas (and whatever the
     # caller will need) before forking them, so they inherit it instead of importing it one by one.
@@ -366,7 +379,7 @@ def _load_all(files: list[Path], jobs: int, file_progress, meanwhile=None,
         futures = []
         for f in files:  # all submitted before any wait
             try:
-                futures.append(pool.submit(_load_or_error, f, **_with(captures)))
+                futures.append(pool.submit(work, f, **kwargs))
             except BrokenExecutor:
                 futures.append(None)
         for f, fut in zip(files, futures):
@@ -374,12 +387,15 @@ def _load_all(files: list[Path], jobs: int, file_progress, meanwhile=None,
                 if fut is not None:
                     yield fut.result()
                     continue
-            except BrokenExecutor:  # a worker died (killed for memory?): load the rest here, one by one
+            except BrokenExecutor:  # a worker died (killed for memory?): work on the rest here, one by one
                 pass
-            yield _load_or_error(f, **_with(captures))
+            yield work(f, **kwargs)
 
 
-def _assign_ranks(traces: list[RankTrace], warnings: list[str]) -> None:
+def assign_ranks(traces: list[RankTrace], warnings: list[str]) -> None:
+    """Give every trace without a rank the lowest free one, and a rank two traces claim to the later
+    one (by path) as a new number; each change is a warning. Works on anything with ``path`` and
+    ``rank`` (the reduce passes rank summaries)."""
     used = {t.rank for t in traces if t.rank >= 0}
     for t in traces:
         if t.rank < 0:

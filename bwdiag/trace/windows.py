@@ -20,7 +20,7 @@ RankTrace = Any  # bwdiag.trace.load.RankTrace (which imports this module)
 _HANDLER_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.(?P<ns>\d{10,})\.pt\.trace\.json(?:\.gz)?$")
 
 
-def _process(trace: RankTrace) -> tuple | None:
+def process_key(trace: RankTrace) -> tuple | None:
     """(host, pid, rank-in-trace) of the process that recorded ``trace``; None when unknown."""
     ops = trace.tables.ops
     pid = None
@@ -40,25 +40,30 @@ def _process(trace: RankTrace) -> tuple | None:
     return (str(host), str(pid), trace.rank)  # the rank from distributedInfo or the file name, -1 if none
 
 
-def _start_ns(trace: RankTrace) -> float:
+def start_ns(trace: RankTrace) -> float:
+    """When the window of ``trace`` started (ns): from the handler's file name, else its first event."""
     named = _HANDLER_NAME.match(trace.path.name)
     if named:
         return float(named["ns"])
     return trace.tables.t0_us * 1e3
 
 
-def one_window_per_process(traces: list[RankTrace], warnings: list[str]) -> list[RankTrace]:
-    """``traces`` with every process's earlier windows dropped (see module docstring)."""
+def one_window_per_process(traces: list[RankTrace], warnings: list[str], *, key=process_key,
+                           start=start_ns) -> list[RankTrace]:
+    """``traces`` with every process's earlier windows dropped (see module docstring).
+
+    ``key(t)`` and ``start(t)`` default to :func:`process_key` and :func:`start_ns`; the reduce passes
+    accessors of rank summaries (which carry both) instead of traces."""
     groups: dict[tuple, list[RankTrace]] = defaultdict(list)
     for t in traces:
-        key = _process(t)
-        if key is not None:
-            groups[key].append(t)
+        key_ = key(t)
+        if key_ is not None:
+            groups[key_].append(t)
     dropped: set[int] = set()
     for (host, pid, _), windows in groups.items():
         if len(windows) < 2:
             continue
-        windows.sort(key=_start_ns)
+        windows.sort(key=start)
         kept, earlier = windows[-1], windows[:-1]
         dropped.update(id(t) for t in earlier)
         warnings.append(

@@ -19,11 +19,13 @@ from bwdiag.diagnose.model import Diagnosis
 __all__ = ["RULES", "Rule", "RuleContext", "RuleResult", "add_findings", "graph_project", "project", "run_rules"]
 
 
-def add_findings(diagnosis: Diagnosis, analyses, results_out: list | None = None) -> Diagnosis:
+def add_findings(diagnosis: Diagnosis, analyses, results_out: list | None = None,
+                 job_ranks: int | None = None) -> Diagnosis:
     """Run every rule; return the diagnosis with its findings sorted by estimated saving and the
     what-if projection. ``results_out``, when given, receives the sorted ``RuleResult`` s (what each
-    finding acts on: ``--annotated-trace`` marks those activities)."""
-    ctx = RuleContext(diagnosis, analyses)
+    finding acts on: ``--annotated-trace`` marks those activities). ``job_ranks``: the job's rank
+    count when ``analyses`` is one rank of it (the map of :mod:`bwdiag.diagnose.reduce`)."""
+    ctx = RuleContext(diagnosis, analyses, job_ranks=job_ranks)
     results = run_rules(ctx)
     results.sort(key=lambda r: -r.finding.est_saving_us)
     if results_out is not None:

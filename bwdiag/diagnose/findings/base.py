@@ -86,6 +86,9 @@ class RuleContext:
     analyses: Sequence  # build.RankAnalysis per rank: activities, groups (DataFrames), trace.ops
     #: rule name -> that rule's results, for the rules this one ``skips`` (filled by the registry)
     prior: Mapping[str, tuple[RuleResult, ...]] = field(default_factory=dict)
+    #: ranks in the whole job when the context holds fewer (``bwdiag analyze`` runs the rules on one
+    #: rank at a time, in the map); None: the job is ``analyses``
+    job_ranks: int | None = None
 
     # -- timeline facts (the diagnosis' typed sections; the one place findings/ reads them) --
 
@@ -117,7 +120,14 @@ class RuleContext:
 
     @property
     def ranks(self) -> int:
+        """Ranks in this context: the divisor of every mean per rank."""
         return max(1, len(self.analyses))
+
+    @property
+    def ranks_in_job(self) -> int:
+        """Ranks in the whole job (``job_ranks``, else :attr:`ranks`): for facts of the job rather
+        than means, such as how many ranks share the recording host's cores."""
+        return self.job_ranks or self.ranks
 
     @property
     def is_cpu(self) -> bool:

@@ -193,7 +193,7 @@ def _cpu_blocking(ctx: RuleContext, groups: list[_Group]) -> list[RuleResult]:
     # The collective runs on gloo's own thread: it proceeds beside the main thread only with a core
     # of its own (the trace's host cores ÷ its ranks, when the trace records them).
     cores = (ctx.diagnosis.device.trace_host or {}).get("cores")
-    no_core = isinstance(cores, int) and cores < 2 * ctx.ranks
+    no_core = isinstance(cores, int) and cores < 2 * ctx.ranks_in_job
     saving = 0.0 if no_core else min(exposed, beside)
     if not no_core and not ctx.worth_reporting(saving):
         return []
@@ -211,7 +211,7 @@ def _cpu_blocking(ctx: RuleContext, groups: list[_Group]) -> list[RuleResult]:
     evidence += [
         f"the main thread's own op time is {fmt_time(beside)}: an asynchronous collective hides at most that much, "
         + (f"and only with a core free beside each rank's main thread — this host has {cores} cores for "
-           f"{ctx.ranks} ranks, so no saving is claimed here" if no_core else f"→ {ctx.per_step(saving)}"),
+           f"{ctx.ranks_in_job} ranks, so no saving is claimed here" if no_core else f"→ {ctx.per_step(saving)}"),
         "not advised here: bf16/fp16 payloads — gloo supports them (and DDP's compress hooks run on gloo), but on a "
         f"CPU the casts cost about what the smaller message saves ({GLOO_MEASURED})",
     ]
