@@ -239,12 +239,15 @@ def test_default_install_declares_every_import_and_keeps_hta_an_extra():
     dists = packages_distributions()
     # Extras, each imported by its one module only: HTA (hta_bridge.py) and fsspec (trace/sources.py,
     # the bwdiag[cloud] extra: fsspec opens s3fs / gcsfs itself).
-    undeclared = {m for m in third_party - {"hta", "fsspec"} if not {_dist(d) for d in dists.get(m, [m])} & declared}
+    undeclared = {m for m in third_party - {"hta", "fsspec", "ray"} if not {_dist(d) for d in dists.get(m, [m])} & declared}
     assert not undeclared, f"imported but not in [project] dependencies: {sorted(undeclared)}"
     assert {"numpy", "markupsafe", "orjson", "psutil"} <= declared
     assert imports["hta"] == {"bwdiag/trace/hta_bridge.py"}
     assert imports["fsspec"] == {"bwdiag/trace/sources.py"} and "fsspec" not in declared
     assert {_dist(r) for r in project["optional-dependencies"]["cloud"]} == {"fsspec", "s3fs", "gcsfs"}
+    # Ray (bwdiag[ray]) is imported by the Ray engine alone.
+    assert imports["ray"] == {"bwdiag/engine/ray_engine.py"} and "ray" not in declared
+    assert {_dist(r) for r in project["optional-dependencies"]["ray"]} == {"ray"}
     assert "holistictraceanalysis" not in declared
     assert [_dist(r) for r in project["optional-dependencies"]["hta"]] == ["holistictraceanalysis"]
     assert "bwdiag[hta]" in project["optional-dependencies"]["test"]
