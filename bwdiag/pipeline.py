@@ -72,8 +72,10 @@ def _analyze(paths, *, device_spec, progress, graph_capture, results=None, engin
     from (else ``[]``). Map per rank on ``engine``, reduce here."""
     from bwdiag.trace import find_trace_files
 
+    from bwdiag.hardware.calibrate import one_reading
+
     files = find_trace_files(list(paths))
-    with _progress(progress, files) as bar:
+    with _progress(progress, files) as bar, one_reading():
         if engine == "ray":
             from bwdiag.engine import ray_engine
 

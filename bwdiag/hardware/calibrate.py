@@ -20,6 +20,8 @@ calibration was used (``device.calibration``).
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 import platform
@@ -498,3 +500,30 @@ def _cpu_model() -> tuple[str, str]:
     model = model or platform.processor() or platform.machine() or "unknown CPU"
     vendor = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}.get(vendor, vendor.lower() or "unknown")
     return model, vendor
+
+
+#: The calibration of each device read in the current analysis (:func:`one_reading`), else empty.
+_RUN_READINGS: list[dict[str, "CalibrationSnapshot | None"]] = []
+
+
+@contextlib.contextmanager
+def one_reading():
+    """Within: :func:`run_calibration` reads each device's calibration once and hands that same
+    snapshot to every rank and to the job (the map and the reduce of one analysis), so a
+    ``bwdiag calibrate`` finishing mid-run cannot give two ranks two ceilings. Forked workers inherit
+    what was read before they forked."""
+    _RUN_READINGS.append({})
+    try:
+        yield
+    finally:
+        _RUN_READINGS.pop()
+
+
+def run_calibration(device: str = "cpu") -> "CalibrationSnapshot | None":
+    """:func:`read_calibration`, read once per :func:`one_reading` (every call outside one reads)."""
+    if not _RUN_READINGS:
+        return read_calibration(device)
+    readings = _RUN_READINGS[-1]
+    if device not in readings:
+        readings[device] = read_calibration(device)
+    return readings[device]

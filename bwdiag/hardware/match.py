@@ -58,7 +58,7 @@ def _cpu_spec(warnings: list[str], metadata: Sequence[Mapping[str, Any]] | None)
         hosts = [trace_host(m) for m in metadata] or [HostFacts()]
         embedded = next((e for e in (calibrate.embedded_calibration(m.get("bwdiag") or {}) for m in metadata
                                      if isinstance(m.get("bwdiag"), dict)) if e is not None), None)
-    local = calibrate.read_calibration("cpu")  # the one read of this run: the result depends on this snapshot
+    local = calibrate.run_calibration("cpu")  # the one read of this run: the result depends on this snapshot
     why_not = None
     if local is not None:
         why_not = next((w for w in (host_mismatch(h, local.host) for h in hosts) if w), None)
