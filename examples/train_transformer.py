@@ -2,9 +2,12 @@
 
     bwdiag run examples/train_transformer.py --steps 12
     python examples/train_transformer.py --steps 12          # the same script, unprofiled
+    bwdiag run -o after examples/train_transformer.py --steps 12 --fused-adamw   # a fix bwdiag may name
+    bwdiag diff BEFORE_FOLDER after                          # did it work, and as predicted?
 
 bf16 autocast on a GPU, fp32 on the CPU. No bwdiag code in here: `bwdiag run` finds the steps from
-the optimizer's step() calls.
+the optimizer's step() calls. The last line printed is the loop's own clock: all steps, and the steady
+steps after the first 10 (what bwdiag's step time is to be compared with).
 """
 
 from __future__ import annotations
@@ -54,6 +57,11 @@ class TinyGPT(nn.Module):
         return self.head(self.ln_f(x))
 
 
+#: Steps from which the loop's own steady-state time is measured: after compilation and warm-up, and
+#: after the steps `bwdiag run` records by default (7-9), so the figure is the unprofiled step.
+STEADY_FROM = 10
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=12)
@@ -65,29 +73,40 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=512)
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--fused-adamw", action="store_true", help="AdamW(fused=True): one kernel per step")
+    parser.add_argument("--compile", default="none", choices=("none", "default", "reduce-overhead"),
+                        help="torch.compile the model in this mode (reduce-overhead: CUDA graphs)")
     args = parser.parse_args()
 
     torch.manual_seed(0)
     device = torch.device(args.device)
     model = TinyGPT(args.vocab, args.d_model, args.heads, args.layers, args.seq).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, fused=True if args.fused_adamw else None)
+    step_model = model if args.compile == "none" else torch.compile(model, mode=args.compile)
     amp_dtype = torch.bfloat16 if device.type == "cuda" else None
     data = torch.randint(0, args.vocab, (args.batch, args.seq + 1), device=device)
 
-    start = time.perf_counter()
+    steady_from = min(STEADY_FROM, args.steps - 1)
+    start = steady = time.perf_counter()
     for step in range(args.steps):
+        if step == steady_from:  # past compilation, warm-up and bwdiag's default recorded steps (7-9)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            steady = time.perf_counter()
         x, y = data[:, :-1], data[:, 1:]
         with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-            logits = model(x)
+            logits = step_model(x)
             loss = F.cross_entropy(logits.reshape(-1, args.vocab), y.reshape(-1))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
     if device.type == "cuda":
         torch.cuda.synchronize()
-    elapsed = time.perf_counter() - start
+    end = time.perf_counter()
+    steady_ms = (end - steady) / (args.steps - steady_from) * 1e3
     print(f"{args.steps} steps, loss {loss.item():.3f} (ln vocab {math.log(args.vocab):.3f}), "
-          f"{elapsed / args.steps * 1e3:.1f} ms/step on {device.type}")
+          f"{(end - start) / args.steps * 1e3:.1f} ms/step on {device.type}; "
+          f"steps {steady_from}-{args.steps - 1}: {steady_ms:.2f} ms/step")
 
 
 if __name__ == "__main__":
