@@ -74,3 +74,25 @@ def test_zero_duration_and_other_annotations_ignored():
 def test_no_steps():
     assert step_spans(frame([("forward", "cpu", 0.0, 10.0)])) is None
     assert step_spans(frame([])) is None
+
+
+def test_gpu_span_covering_later_steps_is_set_aside():
+    # Kineto of PyTorch 2.11 (H200): one GPU ProfilerStep#1 over the kernels of steps 1-3, none for 2, 3.
+    rows = steps("cpu", [50.0, 50.0, 50.0]) + [("ProfilerStep#1", "gpu", 5.0, 165.0)]
+    s = step_spans(frame(rows), trace_end_us=1000.0)
+    assert s.side == "cpu" and s.durations_us == (50.0, 50.0, 50.0)
+    assert "no GPU span for steps 2, 3" in s.note
+
+
+def test_overlapping_gpu_spans_are_set_aside():
+    # ...and in the decode trace: GPU #1 runs to the end, #2 and #3 are tiny spans inside it.
+    rows = steps("cpu", [50.0, 50.0, 50.0]) + [("ProfilerStep#1", "gpu", 5.0, 165.0),
+                                               ("ProfilerStep#2", "gpu", 62.0, 2.0), ("ProfilerStep#3", "gpu", 122.0, 2.0)]
+    s = step_spans(frame(rows), trace_end_us=1000.0)
+    assert s.side == "cpu" and s.median_us == 50.0 and "steps 1 and 2 overlap" in s.note
+
+
+def test_gpu_span_before_its_host_step_is_set_aside():
+    rows = steps("cpu", [50.0, 50.0]) + [("ProfilerStep#1", "gpu", 5.0, 40.0), ("ProfilerStep#2", "gpu", 45.0, 40.0)]
+    s = step_spans(frame(rows), trace_end_us=1000.0)  # CPU step 2 begins at 60: its kernels cannot run at 45
+    assert s.side == "cpu" and "step 2 starts on the GPU before the host began it" in s.note

@@ -55,6 +55,7 @@ def assemble(digests: Sequence[RankDigest], spec: DeviceSpec, warnings: Sequence
     trace_kind = "gpu" if any(d.is_gpu for d in digests) else "cpu"
     warnings.extend(_above_roof_warnings(digests, spec))
     warnings.extend(_compiled_warnings(digests))
+    warnings.extend(sorted({d.steps.note for d in digests if d.steps is not None and d.steps.note}))
     kernels = [k for d in digests for k in d.kernels]
     collectives = [c for d in digests for c in d.collectives]
     fits = fit_latency_bandwidth(collectives)

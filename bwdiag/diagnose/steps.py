@@ -1,8 +1,14 @@
 """Step time from complete ``ProfilerStep#N`` spans (median and spread, never window ÷ count).
 
-GPU-side spans (``gpu_user_annotation``) are preferred when the trace has them: they measure what
-the device did per step; otherwise the CPU-side ``user_annotation`` spans are used. Several spans
-with the same step name (one per stream on the GPU side) are merged into one [first start, last end].
+GPU-side spans (``gpu_user_annotation``) are preferred when the trace has them and they are
+consistent with the CPU side: they measure what the device did per step; otherwise the CPU-side
+``user_annotation`` spans are used. Several spans with the same step name (one per stream on the GPU
+side) are merged into one [first start, last end]. Consistent means: the GPU side has a span for every
+CPU step, none starts before its CPU step began (a kernel cannot run before it is launched), and no
+two of them overlap by more than half the shorter one (the device runs the steps in order). Kineto
+of PyTorch 2.11 (seen on an H200, December 2026) writes a GPU ``ProfilerStep#7`` spanning the kernels
+of steps 7–9 and none, or tiny ones, for steps 8 and 9: the device's 17 ms where the steps took 8 ms
+each on the host; such spans are set aside, with a note saying so.
 
 A step is left out when it has no positive duration, or when it is cut: it ends at (or beyond) the
 last event of the rank — a truncated trace or a Ctrl-C salvages its duration up to the end — and is
@@ -37,6 +43,7 @@ class StepSpans:
     max_us: float
     abnormal: tuple[int, ...]  # step ids longer than ABNORMAL_RATIO × median
     excluded: tuple[int, ...] = ()  # step ids left out (cut or without duration)
+    note: str = ""  # why the GPU-side spans were set aside, when they were
 
 
 def _spans(annotations: pd.DataFrame, side: str) -> pd.DataFrame:
@@ -61,11 +68,14 @@ def step_spans(annotations: pd.DataFrame, trace_end_us: float | None = None,
     """
     if annotations is None or annotations.empty:
         return None
-    for side in ("gpu", "cpu"):
-        spans = _spans(annotations, side)
-        if len(spans):
-            break
-    else:
+    gpu, cpu = _spans(annotations, "gpu"), _spans(annotations, "cpu")
+    side, spans, note = ("gpu", gpu, "") if len(gpu) else ("cpu", cpu, "")
+    if len(gpu) and len(cpu):
+        problem = _inconsistent(gpu, cpu)
+        if problem:
+            side, spans = "cpu", cpu
+            note = f"GPU-side ProfilerStep spans set aside ({problem}): step times from the CPU-side spans"
+    if spans.empty:
         return None
     spans = spans[np.isfinite(spans["dur"]) & (spans["dur"] > 0)]
     if last_complete is not None:
@@ -90,7 +100,24 @@ def step_spans(annotations: pd.DataFrame, trace_end_us: float | None = None,
     ids = tuple(int(s) for s in spans.index)
     abnormal = tuple(i for i, d in zip(ids, durs) if d > ABNORMAL_RATIO * med)
     return StepSpans(side, ids, tuple(float(d) for d in durs), med, float(durs.min()), float(durs.max()),
-                     abnormal, tuple(sorted(all_ids - set(ids))))
+                     abnormal, tuple(sorted(all_ids - set(ids))), note)
+
+
+def _inconsistent(gpu: pd.DataFrame, cpu: pd.DataFrame) -> str:
+    """Why the GPU-side step spans cannot stand for the steps ("" when they can); see the module doc."""
+    missing = sorted(set(cpu.index) - set(gpu.index))
+    if missing:
+        return f"no GPU span for step{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}"
+    shared = gpu.index.intersection(cpu.index)
+    early = [int(i) for i in shared if gpu.at[i, "ts"] < cpu.at[i, "ts"] - 1.0]
+    if early:
+        return f"step {early[0]} starts on the GPU before the host began it"
+    starts, ends, durs = (gpu[c].to_numpy(float) for c in ("ts", "end", "dur"))
+    for i in range(len(gpu) - 1):
+        overlap = min(ends[i], ends[i + 1]) - max(starts[i], starts[i + 1])
+        if overlap > 0.5 * min(durs[i], durs[i + 1]):
+            return f"steps {gpu.index[i]} and {gpu.index[i + 1]} overlap on the GPU"
+    return ""
 
 
 def last_complete_step(metadata: dict) -> int | None:
