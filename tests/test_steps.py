@@ -96,3 +96,17 @@ def test_gpu_span_before_its_host_step_is_set_aside():
     rows = steps("cpu", [50.0, 50.0]) + [("ProfilerStep#1", "gpu", 5.0, 40.0), ("ProfilerStep#2", "gpu", 45.0, 40.0)]
     s = step_spans(frame(rows), trace_end_us=1000.0)  # CPU step 2 begins at 60: its kernels cannot run at 45
     assert s.side == "cpu" and "step 2 starts on the GPU before the host began it" in s.note
+
+
+def test_unprofiled_step_from_the_captures_clock():
+    from bwdiag.diagnose.steps import unprofiled_step
+
+    meta = {"bwdiag": {"unprofiled_steps": {"ids": [1, 2, 3, 4], "host_us": [900.0, 500.0, 520.0, 480.0],
+                                            "device_us": [800.0, 410.0, 430.0, 400.0]}}}
+    u = unprofiled_step(meta)  # the device clock, over the last three steps
+    assert (u.median_us, u.step_ids, u.clock) == (410.0, (2, 3, 4), "device")
+    meta["bwdiag"]["unprofiled_steps"]["device_us"] = None  # CUDA not used, or events not complete
+    assert unprofiled_step(meta).median_us == 500.0 and unprofiled_step(meta).clock == "host"
+    assert unprofiled_step({"bwdiag": {"unprofiled_steps": None}}) is None
+    assert unprofiled_step({}) is None
+    assert unprofiled_step({"bwdiag": {"unprofiled_steps": {"ids": [1], "host_us": ["x"]}}}) is None

@@ -119,3 +119,13 @@ def test_unmodified_8_step_script_under_the_default_schedule(tmp_path: Path) -> 
     t = _diagnosis(tmp_path / "out" / "diagnosis.json")["time"]
     assert t["steps"] == 1 and t["step_ids"] == [7]
     assert t["step_us"] == pytest.approx(measured[7], rel=0.10)
+
+
+def test_unprofiled_steps_before_the_window_match_the_scripts_own_timing(tmp_path: Path) -> None:
+    # Steps 0-3 run with no profiler; bwdiag's clock times steps 1-3 (boundary to boundary).
+    proc, measured = _run(tmp_path, 8, -1, "--wait", "4", "--warmup", "1", "--active", "2")
+    assert proc.returncode == 0, proc.stderr
+    t = _diagnosis(tmp_path / "out" / "diagnosis.json")["time"]
+    assert t["unprofiled_step_ids"] == [1, 2, 3] and t["unprofiled_clock"] == "host"
+    assert t["unprofiled_step_us"] == pytest.approx(_median(measured, [1, 2, 3]), rel=0.10)
+    assert "Unprofiled" in proc.stderr and "before the profiler started" in proc.stderr

@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from bwdiag.capture.annotate import ModuleAnnotator, compiled_graphs_present
+from bwdiag.capture.clock import StepClock
 from bwdiag.capture.folder import (
     rank_trace_name,
     say_line,
@@ -83,11 +84,13 @@ class CaptureSession:
         self._busy = False
         self._steps_in_trace = 0
         self._full_window_meta: dict[str, Any] | None = None
+        self._clock: StepClock | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def attach(self, torch: ModuleType) -> None:
         """Torch is imported: install the step markers, and start at once when ``wait == 0``."""
         self._torch = torch
+        self._clock = StepClock(torch)
         if self.options.step_on.kind is not StepOn.MANUAL:
             self._markers = StepMarkers(self.options.step_on, self._boundary, self.say)
             self._markers.install(torch)
@@ -161,6 +164,8 @@ class CaptureSession:
             for _ in range(n):
                 self.steps_seen += 1
                 if self.phase is Phase.WAITING:
+                    if self._clock is not None:
+                        self._clock.tick(self.steps_seen)
                     if self.steps_seen >= self.options.wait:
                         self._guarded(self._start)
                 elif self.phase in (Phase.WARMUP, Phase.RECORDING):
@@ -233,6 +238,7 @@ class CaptureSession:
             if meta is None or meta["device"] != device_description():  # CUDA started in the window
                 meta = self._metadata(opts.active, None, with_modules=self._annotator is not None)
             meta["rank"], meta["world_size"] = rank_and_world()  # the process group may be newer
+            meta["unprofiled_steps"] = self._clock.record() if self._clock is not None else None
             self._prof.add_metadata_json("bwdiag", json.dumps(meta))
             with profiler_output_filtered():
                 self._prof.step()  # RECORD_AND_SAVE -> NONE: stop_trace, then _export
@@ -251,8 +257,9 @@ class CaptureSession:
             self._prof.step()
 
     def _add_metadata(self, steps: int, note: str | None) -> None:
-        self._prof.add_metadata_json(
-            "bwdiag", json.dumps(self._metadata(steps, note, with_modules=self._annotator is not None)))
+        meta = self._metadata(steps, note, with_modules=self._annotator is not None)
+        meta["unprofiled_steps"] = self._clock.record() if self._clock is not None else None
+        self._prof.add_metadata_json("bwdiag", json.dumps(meta))
 
     def _metadata(self, steps: int, note: str | None, *, with_modules: bool) -> dict[str, Any]:
         return capture_metadata(

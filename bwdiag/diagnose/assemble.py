@@ -21,6 +21,7 @@ from bwdiag.diagnose.device import device_info
 from bwdiag.diagnose.digest import COVERAGE_KEYS, RankDigest
 from bwdiag.diagnose.model import TIME_KEYS, Coverage, DeviceInfo, Diagnosis, Source, TimeBreakdown
 from bwdiag.diagnose.ranks import straggler
+from bwdiag.diagnose.steps import unprofiled_step
 from bwdiag.diagnose.records import mean_record
 from bwdiag.hardware import DeviceSpec, resolve_device
 from bwdiag.hardware.host import trace_host
@@ -159,14 +160,19 @@ def _time(digests: Sequence[RankDigest], spans: list) -> TimeBreakdown:
     overlap = None
     if comm > 0:
         overlap = 100.0 * (comm - sum(a.time.exposed_communication_us for a in analyses)) / comm
+    plain = [u for u in (unprofiled_step(d.metadata) for d in digests) if u is not None]
+    unprofiled = {}
+    if plain:
+        unprofiled = dict(unprofiled_step_us=float(np.median([u.median_us for u in plain])),
+                          unprofiled_step_ids=plain[0].step_ids, unprofiled_clock=plain[0].clock)
     if not spans:
-        return TimeBreakdown(total, by_bound, exposed, overlap)
+        return TimeBreakdown(total, by_bound, exposed, overlap, **unprofiled)
     first = spans[0]
     return TimeBreakdown(total, by_bound, exposed, overlap, len(first.step_ids),
                          float(np.median([s.median_us for s in spans])),
                          min(s.min_us for s in spans), max(s.max_us for s in spans),
                          first.step_ids, tuple(sorted({i for s in spans for i in s.abnormal})),
-                         first.side, first.excluded, tuple(first.durations_us))
+                         first.side, first.excluded, tuple(first.durations_us), **unprofiled)
 
 
 def _coverage(digests: Sequence[RankDigest]) -> Coverage:

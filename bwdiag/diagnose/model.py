@@ -149,6 +149,11 @@ class TimeBreakdown(Record):
     step_source: str | None = None  # "gpu" | "cpu": which ProfilerStep spans were measured
     steps_excluded: tuple[int, ...] = ()  # step ids left out: cut by the trace end or without duration
     step_durations_us: tuple[float, ...] = ()  # each of ``step_ids``' duration (first rank with steps)
+    #: the same steps with no profiler running: the median of the last steps a bwdiag capture timed
+    #: before its window (median over ranks; None when the trace does not hold them)
+    unprofiled_step_us: float | None = None
+    unprofiled_step_ids: tuple[int, ...] = ()
+    unprofiled_clock: str | None = None  # "device" (CUDA events) | "host" (perf_counter)
 
 
 @dataclass(frozen=True)

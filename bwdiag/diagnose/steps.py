@@ -141,3 +141,38 @@ def trace_end_us(tables) -> float | None:
             if np.isfinite(e):
                 ends.append(float(e))
     return max(ends) if ends else None
+
+
+#: How many of the last timed steps before the capture window make the unprofiled step time.
+UNPROFILED_STEPS = 3
+
+
+@dataclass(frozen=True)
+class UnprofiledSteps:
+    """The run's own clock on steps before the profiler started (see ``bwdiag.capture.clock``)."""
+
+    median_us: float
+    step_ids: tuple[int, ...]
+    clock: str  # "device" (CUDA events) | "host" (perf_counter)
+
+
+def unprofiled_step(metadata: dict) -> UnprofiledSteps | None:
+    """The median of the last :data:`UNPROFILED_STEPS` steps a ``bwdiag`` capture timed before its
+    window, device clock when it has one; None when the trace holds none (another tool's trace,
+    ``--wait`` below 2, or a file written before bwdiag recorded them)."""
+    meta = (metadata or {}).get("bwdiag")
+    timed = meta.get("unprofiled_steps") if isinstance(meta, dict) else None
+    if not isinstance(timed, dict) or not isinstance(timed.get("ids"), list):
+        return None
+    ids = timed["ids"]
+    for clock in ("device", "host"):
+        values = timed.get(f"{clock}_us")
+        if isinstance(values, list) and len(values) == len(ids) and ids:
+            try:
+                last = [float(v) for v in values[-UNPROFILED_STEPS:]]
+                last_ids = tuple(int(i) for i in ids[-UNPROFILED_STEPS:])
+            except (TypeError, ValueError):
+                return None
+            if all(np.isfinite(v) and v > 0 for v in last):
+                return UnprofiledSteps(float(np.median(last)), last_ids, clock)
+    return None

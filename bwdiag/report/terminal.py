@@ -104,6 +104,13 @@ def print_summary(
     else:
         when.append(f"Analysed window {fmt_time(v['total_us'])}", style="bold")
     console.print(when)
+    if v.get("unprofiled_step_us"):
+        slower = v.get("profiler_slowdown")
+        line = (f"Unprofiled {fmt_time(v['unprofiled_step_us'])} per step (steps {v['unprofiled_step_ids']} "
+                f"before the profiler started, {v['unprofiled_clock']} clock)")
+        if slower and slower >= 1.1:
+            line += f": the recorded steps ran {slower:.2f}× slower under the profiler"
+        console.print(Text(line, style="yellow" if slower and slower >= 1.25 else "dim"))
     for ab in v.get("abnormal_steps") or ():
         ratio = f"{ab['ratio']:.1f}× the median" if ab.get("ratio") else "over 1.5× the median"
         console.print(Text(f"step {ab['step']} took {ratio}: counted in the median and "

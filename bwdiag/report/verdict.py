@@ -32,6 +32,17 @@ HEADLINES = {
 VERDICT_FINDINGS = 3
 
 
+def _unprofiled(d: Diagnosis) -> dict:
+    """The step with no profiler running (the capture's own clock before its window), and how much
+    slower the recorded steps ran: the figure to hold the step time and the savings against."""
+    plain = d.time.unprofiled_step_us
+    if not plain:
+        return {"unprofiled_step_us": None}
+    return {"unprofiled_step_us": plain, "unprofiled_step_ids": id_ranges(d.time.unprofiled_step_ids),
+            "unprofiled_clock": d.time.unprofiled_clock,
+            "profiler_slowdown": d.time.step_us / plain if d.time.step_us else None}
+
+
 def build_verdict(d: Diagnosis) -> dict:
     """Time by bound, the dominant bound and its headline, top findings and the projection."""
     total = num(d.time.total_us)
@@ -55,6 +66,7 @@ def build_verdict(d: Diagnosis) -> dict:
         "step_source": d.time.step_source,
         "step_ids": id_ranges(d.time.step_ids),
         "steps_excluded": id_ranges(d.time.steps_excluded),
+        **_unprofiled(d),
         "abnormal_steps": [
             {"step": i, "ratio": (dur / step_us) if step_us else None}
             for i, dur in _abnormal(d)
