@@ -10,11 +10,13 @@ cached keys and values. There is no optimizer, and decoding runs under torch.inf
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
 class CachedAttention(nn.Module):
@@ -81,6 +83,8 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--vocab", type=int, default=512)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--sdpa-backend", default="default", choices=("default", "flash", "efficient", "math", "cudnn"),
+                        help="restrict scaled_dot_product_attention to one backend (torch.nn.attention.sdpa_kernel)")
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -90,7 +94,11 @@ def main() -> None:
     model = Decoder(args.vocab, args.d_model, args.heads, args.layers, max_len).to(device, dtype).eval()
     prompt = torch.randint(0, args.vocab, (args.batch, args.prompt), device=device)
 
-    with torch.inference_mode():
+    backends = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "math": "MATH",
+                "cudnn": "CUDNN_ATTENTION"}
+    attention = (contextlib.nullcontext() if args.sdpa_backend == "default"
+                 else sdpa_kernel(getattr(SDPBackend, backends[args.sdpa_backend])))
+    with torch.inference_mode(), attention:
         caches = model.new_cache(args.batch, device, dtype)
         logits = model(prompt, caches, 0)  # prefill
         out = [logits.argmax(-1, keepdim=True)]

@@ -21,6 +21,7 @@ from bwdiag.diagnose.findings import (
     precision,
     quantization,
 )
+from bwdiag.diagnose.findings.base import RuleContext
 from bwdiag.diagnose.findings.registry import RULES, Rule, check_order, run_rules
 from bwdiag.diagnose.model import FindingKind
 from tests.rule_context import collective, context, kernel, op, rank
@@ -353,7 +354,7 @@ def test_kv_cache_in_8_bits_halves_a_bf16_cache():
 
 def test_every_rule_registered_once_in_order():
     names = [r.name for r in RULES]
-    assert len(names) == len(set(names)) == 18
+    assert len(names) == len(set(names)) == 19
     assert names.index("comm_volume") == names.index("overlap") + 1
     assert names.index("fusion") > max(names.index(s) for s in ("attention", "optimizer", "layout", "cast"))
     check_order(RULES)
@@ -403,3 +404,46 @@ def test_results_are_plain_data():
     assert dataclasses.is_dataclass(r) and isinstance(r.acts[0], np.ndarray)
     with pytest.raises(dataclasses.FrozenInstanceError):
         r.idle_us = 1.0
+
+
+# -- one op's own host work ------------------------------------------------------------------------
+
+
+def _slow_op_ctx(unprofiled_us=None):
+    from bwdiag.diagnose.findings import host_ops  # noqa: F401
+
+    # The GPU runs a 90 µs kernel, then waits: the next kernel is launched at 5090, near the end of a
+    # 5 ms cuDNN attention call on the host (its own work: it has no child op); an aten::linear follows.
+    ops = [op("aten::_cudnn_attention_forward", ts=100, end=5100), op("aten::linear", ts=5100, end=5150)]
+    k1 = kernel("k1", ts=0, dur=90, category="elementwise", bound="memory")
+    k2 = kernel("cudnn_sdpa_fprop", op=0, ts=5120, dur=50, category="attention", bound="memory")
+    k1["launch_ts"], k2["launch_ts"] = -10.0, 5090.0
+    ctx = context([rank(ops, [k1, k2])], total_us=5200, step_us=5200, busy_us=140,
+                  extras={"idle": {"host_wait_us": 5030.0, "gaps": 1,
+                                   "causes": {"sync_us": 0.0, "data_loader_us": 0.0, "pageable_memcpy_us": 0.0}}})
+    if unprofiled_us is not None:
+        import dataclasses
+        time = dataclasses.replace(ctx.diagnosis.time, unprofiled_step_us=unprofiled_us, unprofiled_clock="device")
+        ctx = RuleContext(dataclasses.replace(ctx.diagnosis, time=time), ctx.analyses)
+    return ctx
+
+
+def test_slow_host_op_claims_the_wait_inside_its_own_time():
+    from bwdiag.diagnose.findings import host_ops
+
+    ctx = _slow_op_ctx()
+    r = only(host_ops.slow_host_work(ctx))
+    # The gap runs 90 → 5120 (host wait: the kernel ending it was launched at 5090); the op covers
+    # 100 → 5100 of it: 5000 µs. "Python between kernels" keeps the other 30 µs of the wait.
+    assert r.kind == "host_bound" and r.est_saving_us == pytest.approx(5000.0)
+    assert "cuDNN" in r.finding.title and "SDPBackend.FLASH_ATTENTION" in r.finding.fix
+    assert only(host.host_bound(ctx)).est_saving_us == pytest.approx(30.0)
+
+
+def test_host_wait_the_unprofiled_run_cannot_have_is_the_profilers():
+    from bwdiag.diagnose.findings import host_ops
+
+    # Unprofiled, the step takes 1200 µs with 140 µs of device work: at most 1060 µs of wait is real.
+    r = only(host_ops.slow_host_work(_slow_op_ctx(unprofiled_us=1200.0)))
+    assert r.est_saving_us == pytest.approx(1200.0 - 140.0)
+    assert any("profiler's own cost" in e for e in r.finding.evidence)

@@ -196,13 +196,116 @@ def weight_bytes(a, g) -> float | None:
 # -- host wait (the host-bound and launch-overhead rules) -------------------------------------------
 
 
-def unexplained_host_wait(ctx) -> float:
-    """Host-wait idle (µs) that no sync or data-loader wait accounts for: the GPU waiting for
-    Python / the framework to launch the next kernel. (Pageable copies are device time, not idle.)"""
+def unexplained_host_wait(ctx, capped: bool = True) -> float:
+    """Host-wait idle (µs) that no sync, data-loader wait or slow host op (:func:`slow_host_ops`)
+    accounts for: the GPU waiting for Python / the framework to launch the next kernel. (Pageable
+    copies are device time, not idle.) ``capped``: no more than the unprofiled run can wait
+    (:func:`host_wait_cap`)."""
     idle = ctx.idle
     if idle is None:
         return 0.0
-    return max(0.0, idle.host_wait_us - (idle.sync_us - idle.sync_in_data_loader_us + idle.data_loader_us))
+    slow = sum(w.wait_us for a in ctx.analyses for w in slow_host_ops(a)) / ctx.ranks
+    wait = max(0.0, idle.host_wait_us - (idle.sync_us - idle.sync_in_data_loader_us + idle.data_loader_us) - slow)
+    cap = host_wait_cap(ctx) if capped else None
+    return wait if cap is None else min(wait, max(0.0, cap - slow))
+
+
+def host_wait_cap(ctx) -> float | None:
+    """GPU traces whose capture timed the steps before its window (``time.unprofiled_step_us``): the
+    most host wait (µs over the window) the unprofiled run can have — its step less the device's
+    busy time per step (kernels take as long with the profiler as without). The profiler's own
+    per-launch and per-op cost makes the rest: under it the H200's medium transformer idled 15 ms of
+    a 39 ms step that takes 23.7 ms, 23 of them busy, without it. None when unknown."""
+    t, scale = ctx.diagnosis.time, ctx.step_scale
+    if ctx.is_cpu or not t.unprofiled_step_us or not scale:
+        return None
+    return max(0.0, t.unprofiled_step_us / scale - ctx.busy_us)
+
+
+def host_wait_cap_line(ctx, measured_us: float, kept_us: float) -> list[str]:
+    """The evidence line saying how much of a host wait the profiler made (none when it made none)."""
+    t = ctx.diagnosis.time
+    if kept_us >= measured_us - 1e-9 or not t.unprofiled_step_us:
+        return []
+    return [f"without the profiler the step takes {fmt_time(t.unprofiled_step_us)} (steps before the window, "
+            f"{t.unprofiled_clock} clock) and the device is busy {fmt_time(ctx.busy_us * (ctx.step_scale or 0))} "
+            f"of it: of the {ctx.per_step(measured_us)} waited here, {ctx.per_step(kept_us)} is real, "
+            "the rest is the profiler's own cost per launch and per op"]
+
+
+#: An op whose own host time (children excluded) while the GPU waits reaches this per call is slow
+#: host work of its own (a planner, a cache miss, a Python-side loop), not dispatch overhead.
+SLOW_HOST_OP_US = 1000.0
+
+
+@dataclass(frozen=True)
+class SlowHostOp:
+    """One op name whose own host time keeps a GPU rank waiting (µs over the window)."""
+
+    name: str
+    calls: int  # calls of at least SLOW_HOST_OP_US of GPU wait each
+    wait_us: float  # GPU host-wait idle inside those calls, their children's excluded
+    host_us: float  # those calls' whole host duration
+    rows: np.ndarray  # their op rows
+
+
+def slow_host_ops(a) -> list[SlowHostOp]:
+    """GPU rank ``a``'s CPU ops that hold the device idle by their own host work, largest first.
+
+    The device's host-wait gaps (the work ending the gap was launched after the device went idle)
+    are taken without those a synchronisation ended in (the sync rule's) and without DataLoader
+    spans (the data-loader rule's); each op's share of them is its own interval's share minus its
+    children's, and ops with at least ``SLOW_HOST_OP_US`` per call count. Cached per analysis."""
+    cached = getattr(a, "_slow_host_ops", None)
+    if cached is not None:
+        return cached
+    out = _slow_host_ops(a)
+    try:
+        a._slow_host_ops = out
+    except AttributeError:  # a frozen analysis: recompute next time
+        pass
+    return out
+
+
+def _slow_host_ops(a) -> list[SlowHostOp]:
+    acts, ops = a.activities, a.trace.ops
+    gpu = acts[acts["kind"].isin(("kernel", "memcpy", "memset"))] if len(acts) else acts
+    if gpu.empty or ops.empty:
+        return []
+    run_s, run_e = merged_runs(gpu["ts"].to_numpy(float), gpu["end"].to_numpy(float))
+    gap_s, gap_e = run_e[:-1], run_s[1:]
+    first_launch = pd.Series(gpu["launch_ts"].to_numpy(float)).groupby(gpu["ts"].to_numpy(float)).min()
+    waits = np.nan_to_num(first_launch.reindex(gap_e).to_numpy(float), nan=-np.inf) > gap_s
+    gap_s, gap_e = gap_s[waits & (gap_e > gap_s)], gap_e[waits & (gap_e > gap_s)]
+    rt = getattr(getattr(a.trace, "tables", None), "runtime", None)
+    if len(gap_s) and rt is not None and len(rt):
+        from bwdiag.diagnose.idle import SYNC_CALLS  # the sync rule's calls
+        sync_end = np.sort(rt.loc[rt["name"].astype(str).str.contains(SYNC_CALLS), "end"].to_numpy(float))
+        k = np.searchsorted(sync_end, gap_s, side="left")
+        synced = (k < len(sync_end)) & (sync_end[np.minimum(k, max(len(sync_end) - 1, 0))] <= gap_e) \
+            if len(sync_end) else np.zeros(len(gap_s), dtype=bool)
+        gap_s, gap_e = gap_s[~synced], gap_e[~synced]
+    if not len(gap_s):
+        return []
+    names = op_column(ops, "name").astype(str)
+    ts, end = op_column(ops, "ts").astype(float), op_column(ops, "end").astype(float)
+    cat = op_column(ops, "cat") if "cat" in ops else np.full(len(ops), "cpu_op", dtype=object)
+    is_op = cat == "cpu_op"
+    inside = covered_within(ts, end, (gap_s, gap_e))
+    parent = op_column(ops, "parent").astype(np.int64)
+    child = is_op & (parent >= 0)
+    own = inside.copy()
+    np.subtract.at(own, parent[child], inside[child])
+    loader = is_op & pd.Series(names).str.contains(_DATA_LOADER).to_numpy()
+    if loader.any():
+        in_loader = covered_within(ts, end, merged_runs(ts[loader], end[loader])) > 0
+        is_op &= ~in_loader
+    slow = is_op & (own >= SLOW_HOST_OP_US)
+    found = []
+    for name in pd.unique(names[slow]):
+        rows = np.flatnonzero(slow & (names == name))
+        found.append(SlowHostOp(name, len(rows), float(own[rows].sum()), float((end - ts)[rows].sum()), rows))
+    return sorted(found, key=lambda w: -w.wait_us)
 
 
 def looks_launch_bound(ctx) -> bool:

@@ -14,6 +14,7 @@ from bwdiag.diagnose.findings.helpers import (
     looks_launch_bound,
     short_list,
     unexplained_host_wait,
+    host_wait_cap_line,
 )
 from bwdiag.diagnose.model import FindingKind
 
@@ -114,6 +115,7 @@ def host_bound(ctx: RuleContext) -> list[RuleResult]:
         f"the GPU waits on the host for {fmt_time(host)} in {int(idle.gaps):,} gaps; "
         f"syncs and the data loader explain {fmt_time(host - saving)}",
         f"the rest, {ctx.per_step(saving)}, is Python / framework time between kernels",
+        *host_wait_cap_line(ctx, unexplained_host_wait(ctx, capped=False), saving),
     ]
     lines, optimizer = host_gap_lines(ctx)
     evidence += lines

@@ -9,7 +9,13 @@ traces only.
 from __future__ import annotations
 
 from bwdiag.diagnose.findings.base import RuleContext, RuleResult
-from bwdiag.diagnose.findings.helpers import fmt_time, host_gap_lines, looks_launch_bound, unexplained_host_wait
+from bwdiag.diagnose.findings.helpers import (
+    fmt_time,
+    host_gap_lines,
+    host_wait_cap_line,
+    looks_launch_bound,
+    unexplained_host_wait,
+)
 from bwdiag.diagnose.model import FindingKind
 
 
@@ -31,6 +37,7 @@ def launch_overhead(ctx: RuleContext) -> list[RuleResult]:
         f"{fmt_time(launch.gpu_busy_us)} of GPU work"
         + (f"; mean queue length {launch.mean_queue_length:.1f}" if launch.mean_queue_length is not None else ""),
         f"one graph replay instead of {kernels:,} launches removes the gaps → {ctx.per_step(gap)}",
+        *host_wait_cap_line(ctx, unexplained_host_wait(ctx, capped=False), gap),
     ]
     lines, optimizer = host_gap_lines(ctx)
     evidence += lines

@@ -36,6 +36,7 @@ from bwdiag.diagnose.findings.dispatch import host_overhead
 from bwdiag.diagnose.findings.conversions import dtype_round_trips, layout_conversions
 from bwdiag.diagnose.findings.fusion import fusion
 from bwdiag.diagnose.findings.host import data_loader, host_bound, pageable_memcpy, sync_points
+from bwdiag.diagnose.findings.host_ops import slow_host_work
 from bwdiag.diagnose.findings.kv_cache import kv_cache_quantization
 from bwdiag.diagnose.findings.launch import launch_overhead
 from bwdiag.diagnose.findings.optimizer import per_parameter_optimizer
@@ -72,6 +73,8 @@ RULES: tuple[Rule, ...] = (
     # helpers.looks_launch_bound (a fact of the trace, not a claim): exactly one of them reports it.
     Rule("sync", sync_points),
     Rule("data_loader", data_loader),
+    # One op's own host work (a planner, a cache miss): left out of the wait the next two split.
+    Rule("slow_host_work", slow_host_work),
     Rule("host_bound", host_bound),
     # CPU traces: the time between ops on the main thread (outside DataLoader spans, which
     # data_loader reports); it reads the optimizer rule's results only to point at its fix.
