@@ -133,3 +133,46 @@ def test_expanded_operand_of_elementwise_and_copy():
     c = estimate_op("aten::copy_", [[64, 128], [64, 128], []], ["c10::BFloat16", "float", "Scalar"],
                     ["", "", "False"], [[128, 1], [0, 1], []])
     assert c.bytes == 128 * 4 + 64 * 128 * 2 == 16_896
+
+
+# --- TensorList arguments recorded empty ---------------------------------------------------------
+
+def test_profiler_records_lists_of_at_most_30_tensors(tmp_path):
+    """The fact the empty-list note states, on the installed torch: 30 tensors recorded, 31 as ``[]``."""
+    import json
+
+    import torch
+    from torch.profiler import profile
+
+    recorded = {}
+    for n in (30, 31):
+        xs = [torch.ones(2) for _ in range(n)]
+        with profile(record_shapes=True) as prof:
+            torch._foreach_mul_(xs, 2.0)
+        prof.export_chrome_trace(str(tmp_path / f"{n}.json"))
+        events = json.loads((tmp_path / f"{n}.json").read_text())["traceEvents"]
+        (op,) = [e for e in events if e.get("name") == "aten::_foreach_mul_"]
+        recorded[n] = op["args"]["Input Dims"][0]
+    assert recorded[30] == [[2]] * 30 and recorded[31] == []
+
+
+def test_optimizer_lists_on_h200_traces():
+    # small model: 29 parameters, the list is recorded and priced; medium (8 layers): [] on torch 2.11
+    small = SAMPLE_TRACES / "train_transformer_h200"
+    c, a = _est(small, "aten::_foreach_sqrt")
+    assert len(a["Input Dims"][0]) == 29
+    c, a = _est(TRAIN, "aten::_foreach_sqrt")
+    assert a["Input Dims"][0] == [] and a["Input type"][0] == "TensorList"
+    assert c.bytes is None and c.note.startswith("TensorList shapes not recorded")
+    assert "more than 30 tensors" in c.note
+
+
+def test_empty_list_warning_does_not_blame_an_old_torch():
+    from bwdiag.diagnose.model import UncoveredShare
+    from bwdiag.diagnose.uncovered import EMPTY_LIST, _reason, warnings_for
+
+    c, _ = _est(TRAIN, "aten::_foreach_sqrt")
+    assert _reason(c, "aten::_foreach_sqrt") == EMPTY_LIST
+    (w,) = warnings_for((UncoveredShare(EMPTY_LIST, 1000.0, 15.8),))
+    assert w.startswith("15.8% of compute-kernel time") and "more than 30 tensors" in w
+    assert "newer torch" not in w
