@@ -46,7 +46,8 @@ def test_sdpa_efficient_backward_and_mask_type():
     mm = 2 * 2 * 4 * 128 * 128 * 64  # one score-sized matmul
     assert c.flops == 5 * mm  # recompute QK^T, dP, dV, dQ, dK
     n = 2 * 4 * 128 * 64
-    assert c.bytes == (2 * n + 2 * 3 * n) * 2  # read dO, out, q, k, v; write dq, dk, dv
+    # read dO, out, q, k, v; write dq, dk, dv (bf16); read the fp32 logsumexp [2, 4, 128]
+    assert c.bytes == (2 * n + 2 * 3 * n) * 2 + 2 * 4 * 128 * 4 == 1_052_672
     conc[11] = "True"
     assert estimate_op("aten::_scaled_dot_product_efficient_attention_backward", dims, types, conc).flops == 5 * mm / 2
     # _efficient_attention_forward uses (B, S, H, D) and custom_mask_type (1 = causal)
@@ -64,7 +65,8 @@ def test_gqa_attention_reads_fewer_kv_heads():
     c = estimate_op("aten::_scaled_dot_product_flash_attention", [q, kv, kv, [], [], [], []],
                     [F32, F32, F32, "Scalar", "Scalar", "Scalar", ""], ["", "", "", "0.", "False", "False", ""])
     assert c.flops == 2 * (2 * 8 * 64 * 64 * 32)
-    assert c.bytes == (8 * 64 * 32 * 2 + 2 * 64 * 32 * 2) * 4
+    # q and out with 8 heads, k and v with 2 (fp32), + the fp32 logsumexp of 8 heads × 64 rows
+    assert c.bytes == (8 * 64 * 32 * 2 + 2 * 64 * 32 * 2) * 4 + 8 * 64 * 4 == 165_888
 
 
 def test_to_copy_cast_uses_dtype_code():
@@ -145,7 +147,7 @@ def test_flash_attn_package_op_and_varlen():
     conc = ["", "", "", "0.", "0.125", "True", "-1", "-1", "0.", "", "False"]
     c = estimate_op("flash_attn::_flash_attn_forward", dims, types, conc)
     assert c.flops == 4 * 2 * 8 * 256 * 256 * 64 / 2
-    assert c.bytes == 4 * (2 * 256 * 8 * 64) * 2
+    assert c.bytes == 4 * (2 * 256 * 8 * 64) * 2 + 2 * 8 * 256 * 4  # q, k, v, out + fp32 softmax_lse
     c = estimate_op("flash_attn::_flash_attn_varlen_forward", [[4096, 8, 64]] * 3, [BF] * 3)
     assert c.flops is None and c.category is Category.ATTENTION
 

@@ -8,7 +8,8 @@ memcpy/memset and collective message sizes.
   ``gpu_memcpy`` / ``gpu_memset`` events and NCCL kernels / ``record_param_comms``.
 
 Conventions: ``bytes`` is minimum DRAM traffic (inputs read once, outputs written once; 0-dim
-inputs and Scalars count 0). GEMM/conv/attention FLOPs come from ``torch.utils.flop_counter``
+inputs and Scalars count 0; an input read whole counts its distinct elements: a dimension whose
+recorded ``Input Strides`` entry is 0 — an ``expand``, a broadcast view — counts once). GEMM/conv/attention FLOPs come from ``torch.utils.flop_counter``
 (2 per MAC); causal attention counts half. Elementwise ops count 1 FLOP per output element,
 reductions 1 per input element, data movement 0; norms/softmax/fused optimizers leave FLOPs
 ``None``. ``None`` always means unknown, never zero; ``Cost.note`` says why.

@@ -133,6 +133,17 @@ class OpArgs:
             return None
         return as_shape(self.dims[i])
 
+    def read_shape(self, i: int | None) -> Shape | None:
+        """Shape of tensor argument ``i`` counting each distinct element once: a dimension whose
+        recorded stride is 0 (``expand``, broadcast views) has size 1. Reading the argument whole
+        moves ``numel(read_shape(i))`` elements. Without recorded strides, the shape itself."""
+        s = self.shape(i)
+        st = self.strides[i] if s and 0 <= i < len(self.strides) else None  # type: ignore[operator]
+        if not isinstance(st, (list, tuple)) or len(st) != len(s) \
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in st):
+            return s
+        return tuple(1 if x == 0 else d for d, x in zip(s, st))
+
     def elem(self, i: int | None) -> int | None:
         return dtype_bytes(self.type(i)) if self.is_tensor(i) else None
 

@@ -132,6 +132,7 @@ _ATTENTION = {
     "aten::_scaled_dot_product_flash_attention": ("bhsd", False),
     "aten::_scaled_dot_product_efficient_attention": ("bhsd", False),
     "aten::_scaled_dot_product_cudnn_attention": ("bhsd", False),
+    "aten::_cudnn_attention_forward": ("bhsd", False),  # what SDPA's cuDNN kernels link to (torch >= 2.5)
     "aten::_scaled_dot_product_flash_attention_for_cpu": ("bhsd", False),
     "aten::scaled_dot_product_attention": ("bhsd", False),
     "aten::_scaled_dot_product_attention_math": ("bhsd", False),
@@ -141,6 +142,7 @@ _ATTENTION = {
     "aten::_scaled_dot_product_flash_attention_backward": ("bhsd", True),
     "aten::_scaled_dot_product_efficient_attention_backward": ("bhsd", True),
     "aten::_scaled_dot_product_cudnn_attention_backward": ("bhsd", True),
+    "aten::_cudnn_attention_backward": ("bhsd", True),
     "aten::_flash_attention_backward": ("bshd", True),
     "aten::_efficient_attention_backward": ("bshd", True),
     "flash_attn::_flash_attn_backward": ("bshd", True),
@@ -166,8 +168,14 @@ def _is_causal(a: OpArgs) -> bool | None:
 def attention(a: OpArgs) -> Cost:
     """SDPA and its flash / memory-efficient / cuDNN variants, forward and backward.
 
-    ``is_causal=True`` halves the FLOPs (half the score matrix is masked and skipped). Variable-length
-    (cu_seqlens) calls are left without an estimate: per-sequence lengths are not recorded.
+    ``is_causal=True`` halves the FLOPs (half the score matrix is masked and skipped; torch's
+    ``flop_counter`` does not, bwdiag does for every attention op). Variable-length (cu_seqlens)
+    calls are left without an estimate: per-sequence lengths are not recorded.
+
+    Bytes are the minimum traffic: forward reads q, k, v and writes the output (+ the fp32
+    logsumexp when it is kept for the backward); backward reads grad_out, q, k, v, out, logsumexp
+    and writes dq, dk, dv. q/k/v count their distinct elements (a stride-0 ``expand`` of the KV
+    heads, as in grouped-query attention, is read once).
     """
     spec = _ATTENTION.get(a.name)
     t = a.type(1 if spec and spec[1] else 0)
@@ -205,10 +213,27 @@ def attention(a: OpArgs) -> Cost:
     e = dtype_bytes(t)
     if e is None:
         return Cost(float(f), None, None, Category.ATTENTION, True, f"unknown element type {t!r}")
+    read_qkv = sum(numel(a.read_shape(i)) for i in (qi, qi + 1, qi + 2))
     qkv = numel(qh) + numel(kh) + numel(vh)
     if backward:
-        # read grad_out, q, k, v, out; write dq, dk, dv (logsumexp stats are negligible)
-        total = (numel(out) * 2 + qkv * 2) * e
+        # read grad_out, q, k, v, out, logsumexp; write dq, dk, dv (gradients are dense)
+        total = (numel(out) * 2 + read_qkv + qkv) * e + _logsumexp_bytes(a, qh)
     else:
-        total = (qkv + numel(out)) * e
+        total = (read_qkv + numel(out)) * e + _logsumexp_bytes(a, qh)
     return Cost(float(f), float(total), bwdiag_dtype(t), Category.ATTENTION, True, note)
+
+
+def _logsumexp_bytes(a: OpArgs, q_bhsd: Shape) -> int:
+    """Bytes of the per-row logsumexp an attention op writes (forward) or reads (backward).
+
+    Backward: the recorded ``logsumexp`` argument. Forward: B·H·S_q fp32 values when the op keeps
+    them — flash always does, cuDNN / memory-efficient ops when ``compute_log_sumexp`` is True.
+    """
+    li = a.index("logsumexp")
+    if li is not None:
+        s, el = a.shape(li), a.elem(li)
+        return numel(s) * el if s and el else 0
+    keep = a.value("compute_log_sumexp")
+    if keep is True or (keep is None and "flash" in a.name and a.index("compute_log_sumexp") is None):
+        return numel(q_bhsd[:3]) * 4
+    return 0

@@ -24,7 +24,7 @@ def embedding(a: OpArgs) -> Cost:
         if not w or idx is None or len(w) != 2:
             raise ShapeError("embedding shapes")
         rows = (*idx, w[1])
-        t.add(idx, a.elem(1))
+        t.add(a.read_shape(1), a.elem(1))
         t.add(rows, a.elem(0), "rows read")
         t.add(rows, a.elem(0), "output")
         return t.cost(0.0, bwdiag_dtype(a.type(0)), Category.EMBEDDING)
@@ -33,16 +33,16 @@ def embedding(a: OpArgs) -> Cost:
         nw = a.value("num_weights")
         if not g or idx is None or not isinstance(nw, int):
             raise ShapeError("embedding backward shapes / num_weights")
-        t.add(g, a.elem(0))
-        t.add(idx, a.elem(1))
+        t.add(a.read_shape(0), a.elem(0))
+        t.add(a.read_shape(1), a.elem(1))
         t.add((nw, g[-1]), a.elem(0), "grad_weight")
         return t.cost(float(numel(g)), bwdiag_dtype(a.type(0)), Category.EMBEDDING, "1 FLOP per accumulated element")
     if op in ("embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"):  # (weight, indices, offsets, ...)
         w, idx, off = a.shape(0), a.shape(1), a.shape(2)
         if not w or idx is None or off is None or len(w) != 2:
             raise ShapeError("embedding_bag shapes")
-        t.add(idx, a.elem(1))
-        t.add(off, a.elem(2))
+        t.add(a.read_shape(1), a.elem(1))
+        t.add(a.read_shape(2), a.elem(2))
         t.add((*idx, w[1]), a.elem(0), "rows read")
         t.add((off[0], w[1]), a.elem(0), "bags")
         return t.cost(float(numel(idx) * w[1]), bwdiag_dtype(a.type(0)), Category.EMBEDDING,
@@ -62,7 +62,7 @@ def index(a: OpArgs) -> Cost:
             raise ShapeError("index_select shapes")
         d = _dim(a, len(x))
         out = tuple(numel(idx) if i == d else s for i, s in enumerate(x)) if x else ()
-        t.add(idx, a.elem(2))
+        t.add(a.read_shape(2), a.elem(2))  # an expanded index: distinct elements
         t.add(out, a.elem(0), "rows read")
         t.add(out, a.elem(0), "output")
         return t.cost(0.0, dt, Category.INDEX)
@@ -71,7 +71,7 @@ def index(a: OpArgs) -> Cost:
         if x is None or idx is None:
             raise ShapeError("gather shapes")
         _dim(a, len(x))
-        t.add(idx, a.elem(2))
+        t.add(a.read_shape(2), a.elem(2))  # an expanded index: distinct elements
         t.add(idx, a.elem(0), "elements read")
         t.add(idx, a.elem(0), "output")
         return t.cost(0.0, dt, Category.INDEX)
@@ -80,7 +80,7 @@ def index(a: OpArgs) -> Cost:
         if x is None or idx is None:
             raise ShapeError("scatter shapes")
         _dim(a, len(x))
-        t.add(idx, a.elem(2))
+        t.add(a.read_shape(2), a.elem(2))  # an expanded index: distinct elements
         if a.shape(3) is not None:
             t.add(idx, a.elem(3), "source elements")
         reduce_ = base != "scatter" or a.value("reduce") is not None
@@ -97,10 +97,10 @@ def index(a: OpArgs) -> Cost:
             raise ShapeError("index_* shapes")
         d = _dim(a, len(x))
         touched = tuple(numel(idx) if i == d else s for i, s in enumerate(x)) if x else ()
-        t.add(idx, a.elem(2))
+        t.add(a.read_shape(2), a.elem(2))  # an expanded index: distinct elements
         src = a.shape(3)
         if src is not None and src:
-            t.add(src, a.elem(3), "source")
+            t.add(a.read_shape(3), a.elem(3), "source")
         if base in ("index_add", "index_reduce"):
             t.add(touched, a.elem(0), "self rows read")
         t.add(touched, a.elem(0), "self rows written")

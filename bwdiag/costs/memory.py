@@ -1,7 +1,8 @@
 """Bytes (and, where they mean something, FLOPs) of the memory-bound op families.
 
 Every formula counts the minimum DRAM traffic: each input element read once, each output element
-written once, in its own dtype. 0-dim tensor inputs and Scalars count 0 bytes (broadcast scalars
+written once, in its own dtype. An input read whole counts its distinct elements
+(``OpArgs.read_shape``: stride-0 dimensions of an expanded tensor count once). 0-dim tensor inputs and Scalars count 0 bytes (broadcast scalars
 live in registers / kernel arguments); a 0-dim output counts one element.
 
 FLOP conventions, where given: elementwise ops count 1 FLOP per output element; reductions 1 FLOP
@@ -97,9 +98,8 @@ def elementwise(a: OpArgs, category: Category = Category.ELEMENTWISE) -> Cost:
             out_type = "float"
     t = Traffic()
     for i in ins:
-        s = a.shape(i)
-        if s:  # 0-dim inputs: broadcast scalars, 0 bytes
-            t.add(s, a.elem(i))
+        if a.shape(i):  # 0-dim inputs: broadcast scalars, 0 bytes
+            t.add(a.read_shape(i), a.elem(i))
     t.add(out_shape, dtype_bytes(out_type), "output")
     flops = 0.0 if op.rstrip("_") in _NO_FLOP_ELEMENTWISE or op in _NO_FLOP_ELEMENTWISE else float(numel(out_shape))
     compute_type = a.type(ins[0]) if ins else out_type
@@ -172,10 +172,12 @@ def copy(a: OpArgs) -> Cost:
             raise ShapeError("copy shapes")
         broadcast(dst, src)
         # in aten::copy_ self is the destination; _copy_from(self=src, dst)
+        src_i = 1
         if op == "_copy_from":
             dst, src, dst_t, src_t = src, dst, src_t, dst_t
+            src_i = 0
     else:
-        src, src_t = a.shape(0), a.type(0)
+        src, src_t, src_i = a.shape(0), a.type(0), 0
         if src is None:
             raise ShapeError("copy source shape")
         dst = src
@@ -189,7 +191,7 @@ def copy(a: OpArgs) -> Cost:
         if outs and a.shape(outs[0]) is not None:
             dst_t = a.type(outs[0])
     t = Traffic()
-    t.add(src, dtype_bytes(src_t), "source")
+    t.add(a.read_shape(src_i), dtype_bytes(src_t), "source")  # an expanded source: distinct elements
     t.add(dst, dtype_bytes(dst_t), "destination")
     cast = dtype_bytes(src_t) is not None and src_t != dst_t
     cat = Category.CAST if cast else Category.COPY
@@ -287,10 +289,10 @@ def reduction(a: OpArgs) -> Cost:
     if op in ("all", "any"):
         out_type = "bool"
     t = Traffic()
-    t.add(x, in_elem, "input")
+    t.add(a.read_shape(0), in_elem, "input")
     for i in _inputs(a)[1:]:  # losses read the target too
         if a.shape(i):
-            t.add(a.shape(i), a.elem(i), "input")
+            t.add(a.read_shape(i), a.elem(i), "input")
     if op in _INDEX_OUTPUT:
         t.add(out, 8, "indices")
     else:

@@ -21,7 +21,7 @@ _STATS_ELEM = 4  # mean / rstd / invstd are kept in fp32 for half/bf16/fp32 inpu
 def _read_all_inputs(a: OpArgs, t: Traffic, skip: set[int] = frozenset()) -> None:
     for i in a.tensor_indices():
         if i not in skip and a.shape(i):
-            t.add(a.shape(i), a.elem(i))
+            t.add(a.read_shape(i), a.elem(i))
 
 
 def _mask(a: OpArgs, n: int) -> list[bool]:

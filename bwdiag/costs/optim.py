@@ -1,8 +1,9 @@
 """Bytes of multi-tensor ops: ``_foreach_*`` and the fused optimizers (``_fused_adam_`` ...).
 
-TensorList arguments give shapes (newer Kineto: nested lists; older ones record ``[]``, which
-leaves the estimate unknown) but no element type: the element type comes from a tensor argument
-of the same op, or from the kernel name when the caller passes one.
+TensorList arguments give shapes (nested lists) but no element type. The profiler records ``[]``
+for a list of more than 30 tensors (seen on PyTorch 2.11 and 2.13; before 2.1 for every list),
+which leaves the estimate unknown: an optimizer step over more than 30 parameters. The element
+type comes from a tensor argument of the same op, or from the kernel name when the caller passes one.
 """
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ from .args import OpArgs
 from .dtypes import bwdiag_dtype, dtype_bytes
 from .model import Category, Cost, unknown
 from .shapes import numel
+
+
+#: The note of a list recorded ``[]``; ``diagnose.uncovered`` matches its first words.
+_EMPTY_LIST = "TensorList shapes not recorded (the profiler records `[]` for a list of more than 30 tensors)"
 
 
 def _list_elem(a: OpArgs) -> tuple[int | None, str | None]:
@@ -27,7 +32,7 @@ def foreach(a: OpArgs) -> Cost:
         return unknown(Category.OPTIMIZER, f"{a.name}: no TensorList argument")
     shapes = [a.list_shapes(i) for i in lists]
     if any(s is None for s in shapes):
-        return unknown(Category.OPTIMIZER, "TensorList shapes not recorded")
+        return unknown(Category.OPTIMIZER, _EMPTY_LIST)
     elem, type_str = _list_elem(a)
     if elem is None:
         return Cost(None, None, None, Category.OPTIMIZER, False,
@@ -48,7 +53,7 @@ def fused_optimizer(a: OpArgs) -> Cost:
     lists = [i for i in range(len(a)) if a.type(i) == "TensorList"]
     shapes = [a.list_shapes(i) for i in lists]
     if not lists or shapes[0] is None:
-        return unknown(Category.OPTIMIZER, "TensorList shapes not recorded")
+        return unknown(Category.OPTIMIZER, _EMPTY_LIST)
     elem, type_str = _list_elem(a)
     if elem is None:
         return Cost(None, None, None, Category.OPTIMIZER, False,

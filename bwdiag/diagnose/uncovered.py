@@ -3,7 +3,8 @@
 Coverage says how much of the compute-kernel time is priced; this module says why the rest is not,
 in terms a user can act on — the kernel has no launching op (a CUDA-graph replay, a launch missing
 from the trace, a launch outside any recorded op), the op's shapes were not recorded
-(``record_shapes`` off), its TensorList arguments were recorded empty (older Kineto), an argument
+(``record_shapes`` off), its TensorList arguments were recorded empty (lists of more than 30
+tensors, or any list before PyTorch 2.1), an argument
 the formula needs is absent (conv stride, reduction dims …), or bwdiag has no formula for the op.
 """
 
@@ -130,8 +131,10 @@ def warnings_for(found: tuple[Uncovered, ...]) -> list[str]:
             out.append(f"{share} has no FLOP/byte estimate because its ops carry no shapes: re-record with "
                        "`torch.profiler.profile(..., record_shapes=True)` (`bwdiag run` and `bwdiag.profile` do)")
         elif u.reason == EMPTY_LIST:
-            out.append(f"{share} has no estimate because its ops' TensorList arguments were recorded empty "
-                       "(Kineto before PyTorch 2.1 records `[]` for tensor lists): re-record with a newer torch")
+            out.append(f"{share} has no estimate because its ops' TensorList arguments were recorded empty: "
+                       "the profiler records `[]` for a list of more than 30 tensors (PyTorch before 2.1: for "
+                       "every list), as in a foreach/fused optimizer step over all parameters; their time is "
+                       "counted, their bytes are not (re-recording does not help with more than 30 tensors)")
         elif u.reason == COMPILED:
             out.append(f"{share} runs in torch.compile regions: Inductor launches those kernels without a "
                        "shaped aten op, so their FLOPs and bytes are unknown; profile the eager model once "
