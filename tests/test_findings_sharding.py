@@ -98,3 +98,20 @@ def test_shared_traces_with_all_gathers_that_are_not_fsdp_get_no_sharding_advice
     assert any((a.trace.ops["name"] == "c10d::_allgather_base_").any() for a in analyses)
     # ... but no FSDP range issues them: no SHARD_GRAD_OP finding.
     assert not any("SHARD_GRAD_OP" in f.title for f in d.findings)
+
+
+def _exposed_all_gather_fix(a) -> str:
+    from bwdiag.diagnose.findings.overlap import exposed_collectives
+    from tests.rule_context import collective
+
+    rows = (collective(AG, "all_gather", count=8, total_us=8000, exposed_us=4000, bytes=64.0 * MiB),)
+    (r,) = exposed_collectives(context([a], total_us=40000, collectives=rows))
+    assert r.est_saving_us == pytest.approx(4000.0)
+    return r.finding.fix
+
+
+def test_overlap_gives_fsdp_prefetch_only_for_fsdp_all_gathers():
+    fsdp = _exposed_all_gather_fix(_fsdp_rank(bwd_durs=[1000.0] * 4, bwd_hidden=0.0))
+    assert "forward_prefetch=True" in fsdp and "BackwardPrefetch.BACKWARD_PRE" in fsdp
+    other = _exposed_all_gather_fix(_fsdp_rank(bwd_durs=[1000.0] * 4, bwd_hidden=0.0, fsdp=False))
+    assert "FSDP" not in other and "async_op=True" in other
