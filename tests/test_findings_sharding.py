@@ -4,6 +4,11 @@ time — on a hand-built FSDP rank, and none on the shared traces whose all-gath
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -115,3 +120,53 @@ def test_overlap_gives_fsdp_prefetch_only_for_fsdp_all_gathers():
     assert "forward_prefetch=True" in fsdp and "BackwardPrefetch.BACKWARD_PRE" in fsdp
     other = _exposed_all_gather_fix(_fsdp_rank(bwd_durs=[1000.0] * 4, bwd_hidden=0.0, fsdp=False))
     assert "FSDP" not in other and "async_op=True" in other
+
+
+# -- the FSDP ranges of a real FSDP run (2 ranks, gloo) ------------------------------------------------
+
+FSDP_SCRIPT = textwrap.dedent(
+    """
+    import os, sys, torch, torch.distributed as dist, torch.nn as nn
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
+    from torch.profiler import ProfilerActivity, profile
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    strategy = ShardingStrategy[sys.argv[1]]
+    model = FSDP(nn.Sequential(*[nn.Linear(64, 64) for _ in range(4)]), device_id=torch.device("cpu"),
+                 auto_wrap_policy=lambda module, recurse, nonwrapped_numel: recurse or isinstance(module, nn.Linear),
+                 sharding_strategy=strategy)
+    x = torch.randn(8, 64)
+    model(x).sum().backward()  # warm-up
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        model(x).sum().backward()
+    p.export_chrome_trace(f"{sys.argv[1]}_rank{dist.get_rank()}.json")
+    dist.destroy_process_group()
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def fsdp_traces(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("fsdp")
+    (tmp / "fsdp.py").write_text(FSDP_SCRIPT)
+    for strategy in ("FULL_SHARD", "SHARD_GRAD_OP"):
+        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                               "--nproc-per-node", "2", "fsdp.py", strategy],
+                              cwd=tmp, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+    return tmp
+
+
+@pytest.mark.parametrize("strategy, backward", [("FULL_SHARD", 4), ("SHARD_GRAD_OP", 0)])
+def test_real_fsdp_all_gathers_are_found_with_their_phase(fsdp_traces, strategy, backward):
+    # 4 wrapped Linear units (the root holds no parameters of its own): each forward all-gathers the
+    # 4 units once; FULL_SHARD gathers them again in the backward, SHARD_GRAD_OP keeps them.
+    from bwdiag.diagnose.findings.sharding import fsdp_all_gather_phases
+    from bwdiag.trace import find_trace_files, load_traces
+
+    traces, _ = load_traces(find_trace_files([fsdp_traces / f"{strategy}_rank0.json"]))
+    from bwdiag.diagnose.build import diagnose
+
+    _, (a,) = diagnose(traces)
+    phases = list(fsdp_all_gather_phases(a.trace.ops).values())
+    assert phases.count("forward") == 4 and phases.count("backward") == backward

@@ -114,44 +114,60 @@ def _fastest_algbw(calls: list[_Call]) -> float:
 
 
 def _fsdp_all_gathers(ctx: RuleContext) -> list[_Call]:
-    """Every all-gather kernel whose c10d op runs inside an FSDP range, with its phase and exposed time.
-
-    FSDP's ranges are ``record_function`` annotations, no op's parent: a c10d op is inside one when an
-    annotation of its thread spans its start. The phase is the backward when its op chain holds the
-    autograd engine or an enclosing range says backward (``FSDP::pre_backward``, ``_pre_backward_hook``)."""
+    """Every all-gather kernel whose c10d op FSDP issued (:func:`fsdp_all_gather_phases`), with its
+    phase and exposed time."""
     out: list[_Call] = []
     for pos, a in enumerate(ctx.analyses):
         acts, ops = a.activities, a.trace.ops
         if "msg_bytes" not in acts or not len(ops):
             continue
-        names = op_column(ops, "name").astype(str)
-        fsdp = np.flatnonzero([bool(_FSDP.search(n)) for n in names])
-        if not len(fsdp):
+        phases = fsdp_all_gather_phases(ops)
+        if not phases:
             continue
+        parent = op_column(ops, "parent")
         is_comm = (acts["category"] == "communication").to_numpy()
-        if not is_comm.any():
-            continue
-        ts, end, tid = op_column(ops, "ts"), op_column(ops, "end"), op_column(ops, "tid")
         exposed = exposed_time(acts, is_comm)
         for row in np.flatnonzero(is_comm):
-            idx = int(acts["op"].iat[row])
+            # The kernel's op, or an op enclosing it (record_param_comms runs inside the c10d op).
+            idx, phase = int(acts["op"].iat[row]), None
+            for _ in range(4):
+                if idx < 0 or (phase := phases.get(idx)) is not None:
+                    break
+                idx = int(parent[idx])
             nbytes = float(acts["msg_bytes"].iat[row])
-            if idx < 0 or not np.isfinite(nbytes) or nbytes <= 0:
-                continue
-            chain = op_chain(ops, idx, depth=16)
-            # The kernel's name can say SendRecv: the issuing op says what the collective is.
-            if acts["collective"].iat[row] != "all_gather" and collective_kind(chain[0]) != "all_gather":
-                continue
-            t = ts[idx]
-            ranges = [names[i] for i in fsdp if tid[i] == tid[idx] and ts[i] <= t < end[i]]
-            ranges += [n for n in chain if _FSDP.search(n)]
-            if not ranges:
+            if phase is None or not np.isfinite(nbytes) or nbytes <= 0:
                 continue
             group = acts["msg_group"].iat[row] if "msg_group" in acts else np.nan
-            out.append(_Call(pos, int(row), any(_BACKWARD.search(n) for n in chain + ranges), nbytes,
+            out.append(_Call(pos, int(row), phase == "backward", nbytes,
                              int(group) if np.isfinite(group) and group > 0 else None,
                              float(acts["dur"].iat[row]), float(exposed[row])))
     return out
 
 
-__all__ = ["fsdp_sharding"]
+def fsdp_all_gather_phases(ops) -> dict[int, str]:
+    """Op row → ``"forward"`` / ``"backward"`` for every c10d all-gather op that FSDP issued.
+
+    FSDP's ranges (``FullyShardedDataParallel._pre_forward``, ``._pre_backward_hook``, ``FSDP::*``) are
+    ``record_function`` annotations, no op's parent: a c10d op is FSDP's when one of its thread spans
+    its start. It is the backward's when its op chain holds the autograd engine or an enclosing range
+    says backward. (The kernel's name can say SendRecv: the issuing op says what the collective is.)"""
+    names = op_column(ops, "name").astype(str)
+    unique, codes = np.unique(names, return_inverse=True)
+    fsdp = np.flatnonzero(np.array([bool(_FSDP.search(n)) for n in unique])[codes])
+    if not len(fsdp):
+        return {}
+    gathers = np.array([n.startswith("c10d::") and collective_kind(n) == "all_gather" for n in unique])[codes]
+    ts, end, tid = (np.asarray(op_column(ops, c)) for c in ("ts", "end", "tid"))
+    f_ts, f_end, f_tid = ts[fsdp], end[fsdp], tid[fsdp]
+    out: dict[int, str] = {}
+    for idx in np.flatnonzero(gathers):
+        inside = (f_tid == tid[idx]) & (f_ts <= ts[idx]) & (ts[idx] < f_end)
+        ranges = [names[i] for i in fsdp[inside]]
+        chain = op_chain(ops, int(idx), depth=16)
+        ranges += [n for n in chain if _FSDP.search(n)]
+        if ranges:
+            out[int(idx)] = "backward" if any(_BACKWARD.search(n) for n in chain + ranges) else "forward"
+    return out
+
+
+__all__ = ["fsdp_all_gather_phases", "fsdp_sharding"]
