@@ -460,6 +460,13 @@ def test_quick_calibration_is_positive_and_round_trips(calibrated, monkeypatch):
     assert record["schema"] == "bwdiag/calibration@1" and record["quick"] is True
     measured = record["measurements"]
     assert spec.memory_bandwidth == max(measured["copy_bytes_per_s"], measured["triad_bytes_per_s"])
+    # The profiler's cost per recorded op: measured (a tanh call costs ~1 µs; recording it, under 50 µs
+    # on any host), stored in the entry, and reported in diagnosis.json's device.calibration values.
+    from bwdiag.hardware.calibrate import read_calibration
+
+    op_us = measured["profiler_op_us"]
+    assert isinstance(op_us, float) and 0 <= op_us < 50 and record["entry"]["profiler_op_us"] == op_us
+    assert read_calibration("cpu").to_record()["values"]["profiler_op_us"] == op_us
     # and a CPU trace now uses it
     resolved, warnings = resolve_device(None, trace_kind="cpu")
     assert resolved.spec_source is SpecSource.CALIBRATED and warnings == []

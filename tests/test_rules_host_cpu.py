@@ -64,7 +64,8 @@ def test_host_overhead_saves_the_short_gaps():
     # The profiler's recording of the 8 CPU ops on the thread (mul, add, MulBackward0, mul, sum, add_,
     # add_, mul; the two ranges are annotations) is named, not subtracted: 8 × 0.8 = 6.4 µs.
     assert dispatch.PROFILER_OP_US == 0.8
-    assert "≈6.4 µs of the gaps is the profiler's own recording (8 recorded ops × 0.8 µs)" in r.finding.evidence[1]
+    assert ("≈6.4 µs of the gaps is the profiler's own recording (8 recorded ops × 0.8 µs, measured on a 2-core "
+            "dev VM" in r.finding.evidence[1])
     assert "37 µs between its 6 top-level ops" in r.finding.evidence[0]
     assert "optimizer step 20 µs (2), backward 15 µs (2), outside any module 5 µs (1)" in r.finding.evidence[3]
     assert "1.92 ms in 1 gaps" in r.finding.evidence[4]
@@ -72,6 +73,20 @@ def test_host_overhead_saves_the_short_gaps():
     # optimizer step is no per-parameter loop (PER_PARAMETER_OPS = 16).
     assert r.finding.fix.startswith("train_step = torch.compile(train_step)")
     assert "foreach" not in r.finding.fix
+
+
+def test_host_overhead_names_the_profiler_cost_the_calibration_measured():
+    import dataclasses
+
+    ctx = context([_tiny_rank()], total_us=2010, trace_kind="cpu")
+    calibration = {"path": "calibration-cpu.json", "origin": "local", "values": {"profiler_op_us": 1.5}}
+    device = dataclasses.replace(ctx.diagnosis.device, calibration=calibration)
+    ctx = dataclasses.replace(ctx, diagnosis=dataclasses.replace(ctx.diagnosis, device=device))
+    (r,) = dispatch.host_overhead(ctx)
+    # The same 8 recorded ops at this host's measured 1.5 µs: 12 µs, still not subtracted (saving 40 µs).
+    assert ("≈12 µs of the gaps is the profiler's own recording (8 recorded ops × 1.5 µs, measured on this host "
+            "by bwdiag calibrate)" in r.finding.evidence[1])
+    assert r.est_saving_us == pytest.approx(40.0)
 
 
 def _optimizer_rank(foreach: bool = False):

@@ -354,7 +354,8 @@ def test_kv_cache_in_8_bits_halves_a_bf16_cache():
 
 def test_every_rule_registered_once_in_order():
     names = [r.name for r in RULES]
-    assert len(names) == len(set(names)) == 19
+    assert len(names) == len(set(names)) == 20
+    assert names.index("fsdp_sharding") == names.index("comm_volume") + 1
     assert names.index("comm_volume") == names.index("overlap") + 1
     assert names.index("fusion") > max(names.index(s) for s in ("attention", "optimizer", "layout", "cast"))
     check_order(RULES)

@@ -4,7 +4,9 @@ Memory bandwidth: STREAM-style copy (``a = b``) and triad (``a = b + s*c``) on a
 than the last-level cache, best of several repetitions, bytes counted the STREAM way (copy moves
 2 arrays, triad 3; no write-allocate traffic). Compute: square GEMMs (2·n³ FLOP) per dtype, best of
 several repetitions after a warm-up. On CUDA the timing uses CUDA events around the work, with the
-device synchronised before and after.
+device synchronised before and after. CPU also: what ``torch.profiler`` adds per recorded op
+(``profiler_op_us``: tiny ops timed with and without it, interleaved; the host-overhead finding names
+that share of the gaps with it).
 
 Results are cached as JSON under ``$XDG_CACHE_HOME/bwdiag/`` (default ``~/.cache/bwdiag``), keyed by
 the device's identity (CPU model and logical core count; GPU name and memory size), and read back
@@ -56,6 +58,11 @@ CPU_BF16_PROBE_N = 256
 #: CUDA: arrays of up to 1 GiB each (never more than 1/16 of device memory); GEMM sizes big enough
 #: to reach the tensor-core roof.
 CUDA_STREAM_MAX_BYTES = {False: GIB, True: GIB // 4}
+
+#: The profiler's recording cost per op (CPU): tiny ``tanh`` calls timed plain and under
+#: ``torch.profiler`` (``record_shapes=True``), interleaved rounds, median of the differences per op.
+PROFILER_PROBE_OPS = {False: 2000, True: 2000}
+PROFILER_PROBE_ROUNDS = {False: 9, True: 5}
 CUDA_GEMM_N = {False: 8192, True: 4096}
 
 
@@ -116,6 +123,8 @@ class CalibrationSnapshot:
                 "memory_bandwidth": float(spec.memory_bandwidth),
                 "vector_flops": {k: float(v) for k, v in spec.vector_flops.items()},
                 "tensor_flops": {k: float(v) for k, v in spec.tensor_flops.items()},
+                **({"profiler_op_us": float(op_us)} if isinstance(op_us := self.entry.get("profiler_op_us"),
+                                                                  (int, float)) else {}),
             },
         }
 
@@ -150,7 +159,7 @@ def device_identity(device: str = "auto") -> DeviceIdentity:
 
 def calibrate(device: str = "auto", *, quick: bool = False) -> DeviceSpec:
     """Measure the ceilings of ``device`` ("auto" = CUDA when available, else CPU), cache them and
-    return them as a ``DeviceSpec`` with spec_source "calibrated". ``quick=True`` takes ~2 s on a
+    return them as a ``DeviceSpec`` with spec_source "calibrated". ``quick=True`` takes ~3 s on a
     small CPU (smaller arrays and GEMMs, fewer repetitions)."""
     import torch
 
@@ -311,7 +320,40 @@ def _measure_cpu(quick: bool) -> dict[str, Any]:
         gemm["bf16"] = _cpu_gemm(size, torch.bfloat16, reps)
     result["gemm_n"] = size
     result["gemm_flops_per_s"] = gemm
+    result["profiler_op_us"] = _profiler_op_us(quick)
     return result
+
+
+def _profiler_op_us(quick: bool) -> float | None:
+    """µs the profiler adds per recorded op on this host: ``PROFILER_PROBE_OPS`` ``tanh`` calls on an
+    8-element tensor, plain and under ``torch.profiler`` (CPU, ``record_shapes=True``, as ``bwdiag run``
+    records), in interleaved rounds; (the fastest profiled round − the fastest plain one) ÷ ops — the fastest
+    of each, as for the ceilings, since a loaded host only ever adds time. Only the loop is timed,
+    not the profiler's start and stop. ``None`` when a profiler is already running in this process
+    (a second one cannot start)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    if torch.autograd._profiler_enabled():
+        return None
+    n, x = PROFILER_PROBE_OPS[quick], torch.rand(8)
+
+    def loop() -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            torch.tanh(x)
+        return time.perf_counter() - start
+
+    def profiled() -> float:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True):
+            return loop()
+
+    loop(), profiled()  # warm-up: the first profiler session pays its set-up inside the loop
+    plain, traced = [], []
+    for _ in range(PROFILER_PROBE_ROUNDS[quick]):
+        plain.append(loop())
+        traced.append(profiled())
+    return round(max(0.0, (min(traced) - min(plain)) / n * 1e6), 3)
 
 
 def _cpu_gemm(n: int, dtype: Any, reps: int) -> float:
@@ -423,6 +465,7 @@ def _entry(identity: DeviceIdentity, measured: dict[str, Any], quick: bool, torc
         return {
             "name": f"{identity.name}, calibrated",
             "kind": "cpu",
+            "profiler_op_us": measured.get("profiler_op_us"),
             "vendor": identity.vendor,
             "sm_count": identity.cores,
             "memory_gb": None,

@@ -4,7 +4,10 @@ A *run* is what a fusing compiler would turn into one kernel: back-to-back point
 cast / reduction / softmax / dropout kernels (or leaf CPU ops) on the same stream, each with a
 byte estimate, each reading a tensor the size of what the one before wrote (traces record shapes,
 not tensor identities: this is the dataflow test they allow). Anything else on that stream — a GEMM, a copy,
-a collective, a memcpy, a kernel without shapes — ends the run. View and allocation ops
+a collective, a memcpy, a kernel without shapes — ends the run, and so does a ``ProfilerStep#N``
+boundary: the last op of one step and the first of the next read and write tensors of one size when
+the step repeats a chain, but no compiler fuses across iterations of the user's loop (a 9-op chain
+recorded in 4 steps is 9 ops ×4, not 36 ops ×1). View and allocation ops
 (``aten::view``, ``aten::empty`` …) move no data and do not end it. Runs over tiny tensors (every
 intermediate under ``MIN_INTERMEDIATE_BYTES``) are not reported: there is no traffic to save.
 
@@ -44,6 +47,9 @@ NO_DATA_OPS = re.compile(
     r"transpose|permute|expand|expand_as|view_as|unsqueeze|squeeze|slice|select|detach|alias|resize_|"
     r"lift_fresh|result_type|split|chunk|unbind|narrow|numpy_T|contiguous)$"
 )
+
+#: The profiler's step spans: a run never crosses one's start.
+_PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
 
 #: A run whose largest intermediate is under this many bytes is not a memory-traffic problem: tensors
 #: this small (a 1-element step counter, a scalar loss) stay in L1, and fusing them would save
@@ -116,15 +122,16 @@ def fusable_runs(acts: pd.DataFrame, ops: pd.DataFrame, min_kernels: int = 2) ->
     out_of = np.where(fusable, args.written(acts["bytes"].to_numpy(float)[order]), np.nan)
     skip = (kind_of == "memset") | ((kind_of == "cpu_op") & name_matches(pd.Series(name_of), NO_DATA_OPS,
                                                                           anchored=True))
+    step_of = _step_of(ops, op_of)
     cols = _arrays(acts)
     runs: list[Run] = []
     current: list[int] = []
     prev_out = None  # bytes the last member wrote
-    stream = None
+    stream = step = None
     for k, pos in enumerate(order.tolist()):
-        if stream_of[k] != stream:
+        if stream_of[k] != stream or (step_of[k] != step and not skip[k]):
             _close(current, cols, ops, runs, min_kernels)
-            current, prev_out, stream = [], None, stream_of[k]
+            current, prev_out, stream, step = [], None, stream_of[k], step_of[k]
         if skip[k]:
             continue
         out = out_of[k]
@@ -137,6 +144,20 @@ def fusable_runs(acts: pd.DataFrame, ops: pd.DataFrame, min_kernels: int = 2) ->
         prev_out = out
     _close(current, cols, ops, runs, min_kernels)
     return runs
+
+
+def _step_of(ops: pd.DataFrame, op_of: np.ndarray) -> np.ndarray:
+    """Per activity (by its op's row ``op_of``): how many ``ProfilerStep#N`` spans started at or
+    before its op did — equal within one step, 0 throughout a trace without step spans. A kernel
+    belongs to the step that launched it, wherever it ran."""
+    if not len(ops):
+        return np.zeros(len(op_of), dtype=np.int64)
+    steps = name_matches(ops["name"].astype(str), _PROFILER_STEP, anchored=True)
+    starts = np.sort(ops["ts"].to_numpy(float)[steps])
+    if not len(starts):
+        return np.zeros(len(op_of), dtype=np.int64)
+    op_ts = ops["ts"].to_numpy(float)[np.maximum(op_of.astype(np.int64), 0)]
+    return np.where(op_of >= 0, np.searchsorted(starts, op_ts, side="right"), -1)
 
 
 def _fusable(acts: pd.DataFrame) -> np.ndarray:

@@ -9,7 +9,9 @@ DataLoader spans: longer ones are other host work, named but not counted), which
 GPU traces: the device idle those gaps cause is :mod:`.launch` / :mod:`.host`'s.
 
 The profiler itself lengthens the gaps it measures: recording an op (its name, shapes, two
-timestamps) costs the main thread about ``PROFILER_OP_US`` per op outside the op's span. The evidence
+timestamps) costs the main thread about ``PROFILER_OP_US`` per op outside the op's span — or what
+``bwdiag calibrate`` measured on the host that recorded the trace, when its calibration applies to the
+trace (``device.calibration.values.profiler_op_us``). The evidence
 names that part (every op recorded on the thread in the window, nested ops included, less the leaf
 ops inside DataLoader spans) but the saving keeps it: the profiler lengthens the ops as well (2–4×
 for tiny ops), so a finding's share of the profiled step is what carries over to the plain script,
@@ -45,7 +47,7 @@ OPTIMIZER_GAP_SHARE = 0.05
 #: 2.13, one thread): 2,000 ``tanh`` calls on 8-element tensors took 1.07–1.12 µs each plain and
 #: 1.79–1.95 µs under ``torch.profiler`` (0.73–0.98 µs more, three interleaved runs on the 2-core
 #: dev VM); the op spans themselves read 0.66–0.69 µs. 0.8 µs is that measurement's middle, used
-#: for every trace (a host-specific figure from ``bwdiag calibrate`` is not measured yet).
+#: for a trace whose host's calibration did not measure it (:func:`profiler_op_us`).
 PROFILER_OP_US = 0.8
 
 #: Labels of :attr:`HostGaps.where` that are not module paths.
@@ -62,7 +64,8 @@ def host_overhead(ctx: RuleContext) -> list[RuleResult]:
     n = ctx.ranks
     measured = sum(g.gap_us for _, g in found) / n
     recorded = sum(max(0, recorded_ops(ctx.analyses[pos], g.tid) - len(g.loader_rows)) for pos, g in found) / n
-    profiler_us = min(measured, recorded * PROFILER_OP_US)
+    per_op, per_op_source = profiler_op_us(ctx)
+    profiler_us = min(measured, recorded * per_op)
     # One cause, one finding: a fused optimizer step advised by the optimizer rule removes the
     # per-parameter loop's gaps; compiling the forward/backward does not, so they are not this saving.
     fused_step = [r for r in ctx.prior.get("optimizer", ()) if r.finding.fix]
@@ -94,7 +97,7 @@ def host_overhead(ctx: RuleContext) -> list[RuleResult]:
         *([f"less the optimizer step's {fmt_time(moved)} of gaps, which the fused step of \"{fused_step[0].title}\" "
            f"removes (compiling the forward and backward does not) → {ctx.per_step(saving)}"] if moved > 0 else []),
         f"≈{fmt_time(profiler_us)} of the gaps is the profiler's own recording ({recorded:,.0f} recorded ops × "
-        f"{PROFILER_OP_US:g} µs); not subtracted: it lengthens the ops too, so the gaps' share of the step is what "
+        f"{per_op:g} µs, {per_op_source}); not subtracted: it lengthens the ops too, so the gaps' share of the step is what "
         f"carries over to the script run without the profiler",
         f"{tiny:,.0f} of the {ops:,.0f} ops take under {TINY_OP_US:.0f} µs: per-op dispatch rivals their work"
         if is_tiny else f"{tiny:,.0f} of the {ops:,.0f} ops take under {TINY_OP_US:.0f} µs",
@@ -111,6 +114,17 @@ def host_overhead(ctx: RuleContext) -> list[RuleResult]:
              else f"Cut the Python and dispatch time between {ops:,.0f} tiny ops" if is_tiny
              else "The CPU runs Python between ops")
     return [ctx.finding(FindingKind.HOST_BOUND, title, saving, evidence, fix, idle_us=saving)]
+
+
+def profiler_op_us(ctx: RuleContext) -> tuple[float, str]:
+    """(µs the profiler adds per recorded op, where the figure comes from): the calibration's
+    ``profiler_op_us`` when the diagnosis used a calibration of the trace's host that measured it,
+    else ``PROFILER_OP_US``."""
+    values = (ctx.diagnosis.device.calibration or {}).get("values") or {}
+    measured = values.get("profiler_op_us")
+    if isinstance(measured, (int, float)) and not isinstance(measured, bool) and measured >= 0:
+        return float(measured), "measured on this host by bwdiag calibrate"
+    return PROFILER_OP_US, "measured on a 2-core dev VM; `bwdiag calibrate` on the trace's host measures it there"
 
 
 def recorded_ops(a, tid) -> int:

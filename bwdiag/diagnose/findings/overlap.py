@@ -1,18 +1,20 @@
 """Overlap: collective time no compute kernel hides, and cutting volume where it cannot be hidden.
 
 Saving ≤ the exposed time (``CollectiveRow.exposed_us``): overlapping a collective with compute can
-at best hide all of it. For small, latency-dominated collectives (the α of ``ctx.comm_fit``
+at best hide all of it. The fix fits the issuer: FSDP's prefetch options for
+all-gathers and reduce-scatters only where an FSDP range is in the trace. For small, latency-dominated collectives (the α of ``ctx.comm_fit``
 is most of each call) bigger buckets cut the per-call latency instead.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 import numpy as np
 
 from bwdiag.diagnose.findings.base import RuleContext, RuleResult
-from bwdiag.diagnose.findings.helpers import fmt_bytes, fmt_time, kernel_label
+from bwdiag.diagnose.findings.helpers import fmt_bytes, fmt_time, kernel_label, op_column
 from bwdiag.diagnose.model import FindingKind
 
 _FIX = {
@@ -33,6 +35,21 @@ _FIX = {
                   "schedule = ScheduleInterleaved1F1B(stages, n_microbatches=4 * num_stages, loss_fn=loss_fn)\n"
                   "# and issue P2P asynchronously: dist.isend / dist.irecv, wait() only where the tensor is used"),
 }
+#: All-gathers / reduce-scatters of a trace without FSDP (sequence or tensor parallelism, an optimizer's
+#: gather): FSDP's prefetch options do not apply to them.
+_NOT_FSDP_FIX = {
+    "all_gather": ("# issue the all-gather as soon as its input is ready and wait where the result is first used\n"
+                   "work = dist.all_gather_into_tensor(out, shard, async_op=True)\n...  # independent compute\n"
+                   "work.wait()\n"
+                   "# tensor / sequence parallel under torch.compile: async TP "
+                   "(torch._inductor.config._micro_pipeline_tp = True)"),
+    "reduce_scatter": ("# issue the reduce-scatter asynchronously and wait where the result is first used\n"
+                       "work = dist.reduce_scatter_tensor(out, t, async_op=True)\n...  # independent compute\n"
+                       "work.wait()\n"
+                       "# tensor / sequence parallel under torch.compile: async TP "
+                       "(torch._inductor.config._micro_pipeline_tp = True)"),
+}
+_FSDP = re.compile(r"FullyShardedDataParallel|FSDP::")
 _DEFAULT_FIX = ("# issue the collective asynchronously and wait only where its result is needed\n"
                 "work = dist.all_reduce(t, async_op=True)\n...  # independent compute here\nwork.wait()")
 
@@ -46,6 +63,7 @@ def exposed_collectives(ctx: RuleContext) -> list[RuleResult]:
         if c.exposed_us > 0:
             by_kind[c.collective].append(c)
     findings = []
+    fsdp = None  # whether an FSDP range is in the trace: looked up once, when an all-gather needs it
     for kind, rows in by_kind.items():
         exposed = sum(c.exposed_us for c in rows) / ctx.ranks
         total = sum(c.total_us for c in rows) / ctx.ranks
@@ -62,8 +80,12 @@ def exposed_collectives(ctx: RuleContext) -> list[RuleResult]:
             evidence.append(f"bus bandwidth {fmt_bytes(top.busbw)}/s = {top.pct_of_link:.0f}% of the link "
                             f"({fmt_bytes(top.bytes or 0)} per call)")
         acts = _comm_rows(ctx, {c.name for c in rows})
+        fix = _FIX.get(kind, _DEFAULT_FIX)
+        if kind in _NOT_FSDP_FIX:
+            fsdp = _has_fsdp(ctx) if fsdp is None else fsdp
+            fix = fix if fsdp else _NOT_FSDP_FIX[kind]
         findings.append(ctx.finding(FindingKind.OVERLAP, f"Overlap the exposed {kind} with compute",
-                                    exposed, evidence, _FIX.get(kind, _DEFAULT_FIX), acts=acts))
+                                    exposed, evidence, fix, acts=acts))
     findings.extend(_latency_dominated(ctx))
     return findings
 
@@ -107,6 +129,12 @@ def _latency_dominated(ctx: RuleContext) -> list[RuleResult]:
            "# or accumulate gradients: with model.no_sync(): ... for all but the last micro-batch")
     return [ctx.finding(FindingKind.OVERLAP, "Send fewer, bigger collectives (latency-dominated)", saving,
                         evidence, fix, acts=_comm_rows(ctx, {c.name for c in small}))]
+
+
+def _has_fsdp(ctx: RuleContext) -> bool:
+    """Whether any rank's ops hold an FSDP range (``FullyShardedDataParallel.*``, ``FSDP::*``)."""
+    return any(any(_FSDP.search(n) for n in set(op_column(a.trace.ops, "name").astype(str)))
+               for a in ctx.analyses if len(a.trace.ops))
 
 
 def _comm_rows(ctx: RuleContext, names: set[str]) -> dict[int, np.ndarray]:

@@ -43,6 +43,7 @@ from bwdiag.diagnose.findings.optimizer import per_parameter_optimizer
 from bwdiag.diagnose.findings.overlap import exposed_collectives
 from bwdiag.diagnose.findings.precision import bf16_to_fp8, fp32_on_vector_units
 from bwdiag.diagnose.findings.quantization import weight_only_quantization
+from bwdiag.diagnose.findings.sharding import fsdp_sharding
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,8 @@ RULES: tuple[Rule, ...] = (
     Rule("overlap", exposed_collectives),
     # What shrinks the collectives themselves (bf16 payloads) and, on gloo, the blocking ones.
     Rule("comm_volume", communication_volume),
+    # FSDP's backward re-gathers (FULL_SHARD) → SHARD_GRAD_OP, from the trace's own all-gathers.
+    Rule("fsdp_sharding", fsdp_sharding),
     Rule("fp32_tensor_cores", fp32_on_vector_units),
     Rule("fp8", bf16_to_fp8),
     Rule("weight_quantization", weight_only_quantization),
