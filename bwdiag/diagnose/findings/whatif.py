@@ -136,8 +136,14 @@ def graph_alone(ctx: RuleContext, results: Sequence[RuleResult], graph: Graph | 
     runs = [depgraph.retime(graph, c) for c in changes]
     if not all(t.converged for t in runs):
         return None
-    base = timing.window_us
-    return GraphAlone(graph, float(base), changes, tuple(float(base - t.window_us) for t in runs))
+    base = float(timing.window_us)
+    return GraphAlone(graph, base, changes, tuple(_saved(base, float(t.window_us)) for t in runs))
+
+
+def _saved(before: float, after: float) -> float:
+    """``before - after``, with the re-timing's rounding (a few ulps of the window) read as 0."""
+    d = before - after
+    return 0.0 if abs(d) <= 1e-9 * max(1.0, abs(before)) else d
 
 
 def graph_together(alone: GraphAlone) -> GraphProjection | None:
@@ -151,7 +157,7 @@ def graph_together(alone: GraphAlone) -> GraphProjection | None:
     applied, before = [], alone.base_us
     for i, t in enumerate(runs):
         after = alone.base_us - alone.savings[0] if t is None else float(t.window_us)
-        applied.append(float(before - after))
+        applied.append(_saved(before, after))
         before = after
     return GraphProjection(alone.base_us, alone.savings, tuple(applied), float(before))
 
