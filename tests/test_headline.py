@@ -99,7 +99,7 @@ def test_html_ranks_by_the_graph_and_says_both_figures_where_they_differ():
     assert f"The rule&#39;s own estimate is {fmt_time(750.0)} per step" in notes[1]
     assert f"dependency graph (host order, launches, streams, syncs) {fmt_time(75.0)}" in notes[1]
     # the fixture's GPU idles 2 ms of 20 waiting for the host: 10 % of the window
-    assert "the GPU waits for the host (10% of the window)" in notes[1]
+    assert "likely because the GPU waits for the host (10% of the window)" in notes[1]
     # the what-if table: the graph's figures, its rows linking to the findings' new places
     ctx = build_context(d)["whatif"]
     assert ctx["model"] == "graph" and ctx["after_us"] == pytest.approx(3925.0)

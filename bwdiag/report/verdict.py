@@ -194,7 +194,7 @@ def models_note(f: Finding, host_wait_share: float | None = None) -> str | None:
     line = (f"The rule's own estimate is {fmt_time(rule)} {unit}; re-timed on the dependency graph "
             f"(host order, launches, streams, syncs) {fmt_time(graph)}")
     why = _why_models_differ(f, rule, graph, host_wait_share)
-    return line + (f", because {why}." if why else ".")
+    return line + (f", {why}." if why else ".")
 
 
 #: Kinds whose saving is host or idle time rather than kernel time (as ``diff.compare.IDLE_KINDS``).
@@ -202,15 +202,19 @@ _HOST_SIDE = frozenset({"host_bound", "data_loader", "sync", "launch_overhead"})
 
 
 def _why_models_differ(f: Finding, rule: float, graph: float, host_wait_share: float | None) -> str | None:
+    """Why the graph's figure differs, from what the finding's kind and the diagnosis say: "because"
+    where it follows from how the graph applies the fix, "likely because" where it is a reading of
+    the diagnosis' idle figures; None where neither says."""
     host_side = str(f.kind) in _HOST_SIDE
     if graph > rule:
-        return "the work that waited on it starts earlier too" if host_side else None
+        return "because the work that waited on it starts earlier too" if host_side else None
     if host_side:
-        return "only part of that host time delays the device: the rest overlaps device work"
+        return "because only part of that host time delays the device: the rest overlaps device work"
     if host_wait_share is not None and host_wait_share >= 0.10:
-        return (f"the GPU waits for the host ({100 * host_wait_share:.0f}% of the window): shorter "
-                "kernels mostly lengthen that wait")
-    return "the time it removes overlaps other work the step still waits for (another stream, the host or other ranks)"
+        return (f"likely because the GPU waits for the host ({100 * host_wait_share:.0f}% of the window): "
+                "shorter kernels mostly lengthen that wait")
+    return ("because the time it removes overlaps other work the step still waits for (another stream, "
+            "the host or other ranks)")
 
 
 def projected_time(d: Diagnosis) -> float | None:
