@@ -199,9 +199,11 @@ def bert():
 def test_findings_resolved_and_realised_on_the_groups_they_name(bert):
     from bwdiag.diff import compare
 
+    # Found on the bert trace (the order is the graph's since issue 14: the GPU waits on the host,
+    # so the batching finding's kernel saving re-times to ~0 and ranks below the quantization one).
     kinds = [str(f.kind) for f in bert.findings]
-    assert kinds[:3] == ["launch_overhead", "batching", "sync"]
-    launch, batching, sync = bert.findings[:3]
+    assert {"launch_overhead", "batching", "sync"} <= set(kinds) and kinds[0] == "launch_overhead"
+    launch, batching, sync = (next(f for f in bert.findings if f.kind == k) for k in ("launch_overhead", "batching", "sync"))
     # AFTER: the launch finding is gone, 1000 µs of idle less (one step, so step and window shrink
     # by the same 1000 µs), and the four latency-bound GEMM groups the batching finding names gone.
     named = [r for r in bert.kernels if r.op and f"({r.op}, {r.shapes})" in "\n".join(batching.evidence)]

@@ -236,6 +236,9 @@ def _spans(diagnosis: Diagnosis, frame, ids: list[str], acts: dict[int, np.ndarr
             "id": ids[i], "kind": f.kind, "title": f.title,
             "est_saving_us": _plain(f.est_saving_us), "est_saving_pct": _plain(f.est_saving_pct),
             "est_saving_per_step_us": _plain(f.est_saving_per_step_us),
+            "graph_saving_us": _plain(f.graph_saving_us), "graph_saving_per_step_us": _plain(f.graph_saving_per_step_us),
+            # the saving the report shows and ranks by (the graph's where there is one)
+            "saving_us": _plain(f.saving_us), "saving_model": f.saving_model,
             "fix": f.fix, "evidence": list(f.evidence), "spans": where,
         }
         out.append(FindingSpan(ids[i], str(f.kind), f.title, start, end, int(len(rows)), args))

@@ -49,11 +49,13 @@ CALL_COLUMNS = ("name", "seq", "ts", "end", "dur", "bytes")
 @dataclass(frozen=True)
 class RankFinding:
     """One finding of one rank (its rules ran on that rank alone) and what the rank's what-if
-    applied of it (``applied_us``; None when the finding was not among the projected ones)."""
+    applied of it (``applied_us``; None when the finding was not among the projected ones), by the
+    subtraction and by the dependency graph (``graph_applied_us``; None also without a graph)."""
 
     finding: Finding
     idle_us: float = 0.0
     applied_us: float | None = None
+    graph_applied_us: float | None = None
 
 
 @dataclass

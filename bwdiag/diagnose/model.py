@@ -24,6 +24,17 @@ SCHEMA = "bwdiag/diagnosis@2"
 #: Older schemas :meth:`Diagnosis.from_dict` reads.
 READABLE_SCHEMAS = ("bwdiag/diagnosis@1", SCHEMA)
 
+#: Which what-if model every view shows and ranks findings by (issue 14): True — the dependency
+#: graph's re-timing (``Finding.graph_saving_us``, ``WhatIf.graph_projected_us``) wherever a finding
+#: or what-if carries it, else the rule's own estimate and the subtraction; False — always the rule's.
+#: The one switch: :func:`shown` reads it, and every view goes through the properties that call it.
+SHOW_GRAPH_MODEL = True
+
+
+def shown(rule: float | None, graph: float | None) -> float | None:
+    """The figure a view shows of a (rule, dependency graph) pair: see :data:`SHOW_GRAPH_MODEL`."""
+    return graph if SHOW_GRAPH_MODEL and graph is not None else rule
+
 
 class _Text(str, Enum):
     """A ``str`` enum that prints and formats as its value (``f"{Bound.MEMORY}"`` is ``memory``)."""
@@ -213,6 +224,36 @@ class Finding(Record):
     #: None where no graph was built (older files, no activities)
     graph_saving_us: float | None = None
     graph_saving_per_step_us: float | None = None  # the same in one median profiler step
+
+    # -- the saving every view shows and ranks by (:func:`shown`: the graph's where it has one) --
+
+    @property
+    def saving_model(self) -> str:
+        """``"graph"`` when the shown saving is the dependency graph's, else ``"rule"``."""
+        return "graph" if SHOW_GRAPH_MODEL and self.graph_saving_us is not None else "rule"
+
+    @property
+    def saving_us(self) -> float:
+        """The saving shown, over the analysed window (mean per rank)."""
+        return float(shown(self.est_saving_us, self.graph_saving_us))
+
+    @property
+    def saving_per_step_us(self) -> float | None:
+        """The saving shown, in one median profiler step (None without complete steps)."""
+        if self.saving_model == "graph":
+            return self.graph_saving_per_step_us
+        return self.est_saving_per_step_us
+
+    @property
+    def saving_pct(self) -> float:
+        """The saving shown as a share of the window (so also of one step), in percent."""
+        if self.saving_model == "rule":
+            return self.est_saving_pct
+        est = self.est_saving_us
+        # est_saving_pct = 100 * est / window: the window is est / pct (unknown when both are 0)
+        if est and self.est_saving_pct:
+            return float(self.est_saving_pct * self.saving_us / est)
+        return 0.0
 
 
 @dataclass(frozen=True)
@@ -423,6 +464,28 @@ class WhatIf(Record):
     graph_saved_us: float | None = None
     graph_speedup: float | None = None
 
+    # -- the projection every view shows (:func:`shown`: the graph's where it has one) --
+
+    @property
+    def model(self) -> str:
+        """``"graph"`` when the shown projection is the dependency graph's, else ``"rule"``."""
+        return "graph" if SHOW_GRAPH_MODEL and self.graph_projected_us is not None else "rule"
+
+    @property
+    def shown_projected_us(self) -> float:
+        """The projected window shown."""
+        return float(shown(self.projected_us, self.graph_projected_us))
+
+    @property
+    def shown_saved_us(self) -> float:
+        """The window's saving shown (window less the projected window)."""
+        return float(self.total_us - self.shown_projected_us if self.model == "graph" else self.saved_us)
+
+    @property
+    def shown_speedup(self) -> float | None:
+        """Window ÷ projected window, as shown."""
+        return self.graph_speedup if self.model == "graph" else self.speedup
+
 
 # ---------------------------------------------------------------------------------- the diagnosis
 
@@ -475,6 +538,12 @@ class Diagnosis(Record):
     def projected_us(self) -> float | None:
         """The window once the top findings are fixed (the what-if's), None without findings."""
         return self.whatif.projected_us if self.whatif is not None else None
+
+    @property
+    def shown_projected_us(self) -> float | None:
+        """The projected window the views show (:attr:`WhatIf.shown_projected_us`: the dependency
+        graph's where the what-if has one); ``projected_us`` stays the subtraction, as written."""
+        return self.whatif.shown_projected_us if self.whatif is not None else None
 
     # -- diagnosis.json -------------------------------------------------------------------------
 

@@ -12,7 +12,9 @@ Findings across ranks: the ranks' findings of one kind and title (numbers in the
 saving is the mean over *all* the job's ranks (a rank without it saves nothing), with the evidence
 of the rank where it saves most and a line saying on how many ranks it was found; findings under
 the job's reporting threshold are dropped. The what-if is the mean over ranks of what each rank's
-own what-if applied of each of the job's top findings. With one rank the map's findings and
+own what-if applied of each of the job's top findings. The dependency graph's figures (each
+finding's ``graph_saving_us``, the what-if's ``graph_*``) are merged the same way, and the job's
+findings are ranked by the saving the views show (:func:`~bwdiag.diagnose.findings.ranked`). With one rank the map's findings and
 what-if are the job's, unchanged: a single-file analysis gives the same numbers as before the split.
 """
 
@@ -28,7 +30,7 @@ import numpy as np
 from bwdiag.diagnose.assemble import accelerator_of, assemble, job_device
 from bwdiag.diagnose.build import diagnose_with_digests
 from bwdiag.diagnose.digest import RankDigest, RankFinding, spec_key
-from bwdiag.diagnose.findings import add_findings
+from bwdiag.diagnose.findings import add_findings, ranked
 from bwdiag.diagnose.findings.base import RuleContext, RuleResult, with_findings
 from bwdiag.diagnose.findings.whatif import PROJECTED_FINDINGS
 from bwdiag.diagnose.model import AppliedFinding, Diagnosis, Finding, WhatIf
@@ -71,7 +73,8 @@ def summarize_rank(trace: RankTrace, *, device_spec: Path | None = None, keep: b
     digest.named_rank, digest.process = named, process
     # diagnosis.findings are the results' findings, in their order, with the per-step savings set
     digest.findings = tuple(
-        RankFinding(f, float(r.idle_us), float(applied[i].applied_us) if i < len(applied) else None)
+        RankFinding(f, float(r.idle_us), float(applied[i].applied_us) if i < len(applied) else None,
+                    applied[i].graph_applied_us if i < len(applied) else None)
         for i, (f, r) in enumerate(zip(diagnosis.findings, results, strict=True)))
     digest.whatif = diagnosis.whatif
     return RankMap(digest, analysis, results) if keep else RankMap(digest)
@@ -140,6 +143,8 @@ def merge_findings(diagnosis: Diagnosis, digests: Sequence[RankDigest]
     for members in groups.values():
         savings = [digests[p].findings[i].finding.est_saving_us for p, i in members]
         saving = float(sum(savings) / n)
+        graphs = [digests[p].findings[i].finding.graph_saving_us for p, i in members]
+        graph = float(sum(graphs) / n) if all(g is not None for g in graphs) else None
         # Under the job's threshold: dropped, unless its ranks report it with no saving on purpose
         # (a finding that names a problem and says why no saving is claimed).
         if not ctx.worth_reporting(saving) and any(s > 0 for s in savings):
@@ -152,8 +157,10 @@ def merge_findings(diagnosis: Diagnosis, digests: Sequence[RankDigest]
         merged.append((dataclasses.replace(
             best, est_saving_us=saving, est_saving_pct=float(100.0 * saving / total) if total > 0 else 0.0,
             evidence=(*best.evidence, note),
-            est_saving_per_step_us=saving * scale if scale is not None else None), members))
+            est_saving_per_step_us=saving * scale if scale is not None else None, graph_saving_us=graph,
+            graph_saving_per_step_us=graph * scale if graph is not None and scale is not None else None), members))
     merged.sort(key=lambda fm: -fm[0].est_saving_us)
+    merged = [merged[i] for i in ranked([f for f, _ in merged])]
     return [f for f, _ in merged], [m for _, m in merged]
 
 
@@ -166,16 +173,28 @@ def merge_whatif(diagnosis: Diagnosis, findings: Sequence[Finding], members: Seq
     if len(digests) == 1:
         return digests[0].whatif
     n, total = len(digests), diagnosis.time.total_us
-    applied, saved = [], 0.0
+    # the graph's figures only when every rank that projected findings re-timed them on its graph
+    whatifs = [d.whatif for d in digests if d.whatif is not None]
+    with_graph = bool(whatifs) and all(w.graph_projected_us is not None for w in whatifs)
+    applied, saved, graph_saved = [], 0.0, 0.0
     for f, mem in list(zip(findings, members))[:PROJECTED_FINDINGS]:
         take = sum(digests[p].findings[i].applied_us or 0.0 for p, i in mem) / n
         take = float(min(take, max(0.0, total - saved)))
         saved += take
+        graph_take = None
+        if with_graph:
+            graph_take = sum(digests[p].findings[i].graph_applied_us or 0.0 for p, i in mem) / n
+            graph_take = float(min(graph_take, max(0.0, total - graph_saved)))
+            graph_saved += graph_take
         applied.append(AppliedFinding(f.kind, f.title, float(f.est_saving_us), take,
-                                      bool(take < f.est_saving_us - 1e-6)))
+                                      bool(take < f.est_saving_us - 1e-6), graph_take))
     projected = float(max(0.0, total - saved))
-    return WhatIf(tuple(applied), total, float(saved), projected,
-                  float(total / projected) if projected > 0 else None)
+    out = WhatIf(tuple(applied), total, float(saved), projected, float(total / projected) if projected > 0 else None)
+    if not with_graph:
+        return out
+    graph_projected = float(max(0.0, total - graph_saved))
+    return dataclasses.replace(out, graph_projected_us=graph_projected, graph_saved_us=float(graph_saved),
+                               graph_speedup=float(total / graph_projected) if graph_projected > 0 else None)
 
 
 def _merged_results(findings, members, maps, n: int) -> list[RuleResult]:

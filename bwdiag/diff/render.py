@@ -110,7 +110,8 @@ def _finding_rows(doc: dict) -> list[list[str]]:
 
 
 def _graph_time(f: dict) -> str:
-    """The graph model's predicted step saving (— in diffs of diagnoses written without it)."""
+    """The graph model's predicted step saving — the one ``bwdiag analyze`` shows and ranks by where
+    the diagnosis has it (``Finding.saving_us``) — and — in diffs of diagnoses written without it."""
     g = f.get("graph_predicted_us")
     return "—" if g is None else fmt_time(g)
 
@@ -189,7 +190,7 @@ def print_diff(doc: dict[str, Any], *, outputs: dict[str, Any] | None = None, fi
         table = Table(title="Findings of BEFORE", title_justify="left", show_edge=False, pad_edge=False)
         table.add_column("finding", overflow="fold")
         table.add_column("status")
-        table.add_column("predicted", justify="right")
+        table.add_column("rule's est.", justify="right")
         table.add_column("graph", justify="right")
         table.add_column("realised", justify="right")
         for f in doc["findings"][:TERMINAL_FINDINGS]:

@@ -15,7 +15,8 @@ from bwdiag.report import many_ranks
 from bwdiag.report.display import display_tree, humanize
 from bwdiag.report.roofline import build_roofline, byte_only, plottable
 from bwdiag.report.values import bound_of, jsonable, num
-from bwdiag.report.verdict import VERDICT_FINDINGS, build_verdict, projected_time, saving_shown
+from bwdiag.report.verdict import (VERDICT_FINDINGS, build_verdict, models_note, projected_time, ranked_findings,
+                                   saving_shown)
 
 __all__ = ["build_context", "kernel_records", "projected_time", "VERDICT_FINDINGS", "KERNEL_COLUMNS"]
 
@@ -252,14 +253,20 @@ def _findings(d: Diagnosis, kernels: list[KernelRow]) -> list[dict]:
             text in m for m in modules)
 
     out = []
-    for f in sorted(d.findings, key=lambda f: -num(f.est_saving_us)):
+    idle, total = d.idle, num(d.time.total_us)
+    host_wait = num(idle.host_wait_us) / total if idle is not None and total > 0 else None
+    for f in ranked_findings(d):
+        rule = f.est_saving_per_step_us if f.saving_per_step_us is not None else f.est_saving_us
         out.append({
             "kind": f.kind,
             "kind_label": humanize(f.kind),
             "title": f.title,
-            "saving_us": f.est_saving_us,
-            "saving_pct": f.est_saving_pct,
+            "saving_us": f.saving_us,
+            "saving_pct": f.saving_pct,
             **saving_shown(f),
+            # both models' figures in one line when they differ (None when they agree)
+            "models_note": models_note(f, host_wait),
+            "rule_saving_shown_us": rule,
             "evidence": [{"text": e, "find": e if linkable(e) else None} for e in f.evidence],
             "fix": f.fix,
         })
@@ -271,33 +278,36 @@ def _findings(d: Diagnosis, kernels: list[KernelRow]) -> list[dict]:
 
 def _whatif(d: Diagnosis) -> dict | None:
     """The what-if for people: the top findings applied together, the step before and after, and
-    per finding its own estimate beside the part the projection counted (and why it is less).
+    per finding its own saving beside the part the projection counted (and why it is less).
 
-    Figures are per median step where the trace has complete steps (window figures × step ÷
-    window, as :func:`~bwdiag.report.verdict.saving_shown`), else over the analysed window.
+    ``model`` says which what-if the figures come from (:attr:`~bwdiag.diagnose.model.WhatIf.model`):
+    ``graph`` — each finding's own saving is its dependency-graph re-timing alone and the part counted
+    is what the graph's window loses when it is applied after the findings above it; ``rule`` — the
+    rule's estimates and the subtraction capped per time class. Figures are per median step where
+    the trace has complete steps (window figures × step ÷ window, as
+    :func:`~bwdiag.report.verdict.saving_shown`), else over the analysed window.
     """
     w = d.whatif
     if w is None or not w.findings or not w.total_us or w.total_us <= 0:
         return None
     step = d.time.step_us
     scale = step / w.total_us if step else 1.0
-    order = {id(f): i + 1 for i, f in enumerate(sorted(d.findings, key=lambda f: -num(f.est_saving_us)))}
-    by_title = {}
-    for f in d.findings:
-        by_title.setdefault((f.kind, f.title), order[id(f)])
+    graph = w.model == "graph"
+    ranked = ranked_findings(d)
+    by_title: dict[tuple, int] = {}
+    alone: dict[tuple, float] = {}
+    for i, f in enumerate(ranked):
+        by_title.setdefault((f.kind, f.title), i + 1)
+        alone.setdefault((f.kind, f.title), num(f.saving_us))
     rows = []
     for pos, a in enumerate(w.findings):
-        est, applied = num(a.est_saving_us), num(a.applied_us)
-        reason = None
-        if a.capped:
-            if applied <= 0:
-                reason = ("nothing left to save: findings above it already claim its time, or the "
-                          "time class it acts on is used up")
-            elif pos == 0:
-                reason = "capped by the time class it acts on (its estimate is more than that class holds)"
-            else:
-                reason = ("overlapping time: part of it is already saved by findings above it, or "
-                          "capped by what its time class has left")
+        if graph:
+            est, applied = alone.get((a.kind, a.title), num(a.est_saving_us)), num(a.graph_applied_us)
+            capped = applied < est - max(1e-6, 0.01 * abs(est))
+            reason = _graph_reason(pos, est, applied) if capped else None
+        else:
+            est, applied, capped = num(a.est_saving_us), num(a.applied_us), bool(a.capped)
+            reason = _rule_reason(pos, applied) if capped else None
         rows.append({
             "finding": by_title.get((a.kind, a.title)),  # its place in the Findings list (#finding-N)
             "kind": a.kind,
@@ -306,24 +316,50 @@ def _whatif(d: Diagnosis) -> dict | None:
             "saving_us": est * scale,
             "applied_us": applied * scale,
             "applied_pct": 100.0 * applied / est if est > 0 else None,
-            "capped": bool(a.capped),
+            "capped": capped,
             "cap_reason": reason,
         })
     per_step = bool(step)
+    saved = w.shown_saved_us
     return {
+        "model": w.model,
         "n": len(w.findings),
         "of": len(d.findings),
         "per_step": per_step,
         "unit": "per step" if per_step else "over the window",
         "before_us": step if per_step else w.total_us,
-        "after_us": num(w.projected_us) * scale,
-        "saved_us": num(w.saved_us) * scale,
-        "saved_pct": 100.0 * num(w.saved_us) / w.total_us,
-        "speedup": w.speedup,
+        "after_us": w.shown_projected_us * scale,
+        "saved_us": saved * scale,
+        "saved_pct": 100.0 * saved / w.total_us,
+        "speedup": w.shown_speedup,
+        # the other model's projection, for the one line that names both
+        "rule_after_us": num(w.projected_us) * scale,
         "claimed_us": sum(r["saving_us"] for r in rows),
         "capped": sum(1 for r in rows if r["capped"]),
         "rows": rows,
     }
+
+
+def _rule_reason(pos: int, applied: float) -> str:
+    """Why the subtraction counts less of a finding than its estimate."""
+    if applied <= 0:
+        return ("nothing left to save: findings above it already claim its time, or the "
+                "time class it acts on is used up")
+    if pos == 0:
+        return "capped by the time class it acts on (its estimate is more than that class holds)"
+    return ("overlapping time: part of it is already saved by findings above it, or "
+            "capped by what its time class has left")
+
+
+def _graph_reason(pos: int, alone: float, applied: float) -> str:
+    """Why the dependency graph counts less of a finding, applied after those above it, than alone."""
+    if pos == 0:  # the first is applied alone: the graph's figures differ only by rounding
+        return "re-timed together with nothing: the same as alone"
+    if applied <= 0:
+        return ("nothing left to save once the findings above it are applied: the step then waits on "
+                "something else (the host, another stream or other ranks)")
+    return ("less once the findings above it are applied: they save part of the same time, or the "
+            "step then waits on something else")
 
 
 # ---------------------------------------------------------------------------------- communication

@@ -2,7 +2,8 @@
 for a CI job summary (``$GITHUB_STEP_SUMMARY``) or a pull-request comment.
 
 Verdict, step time and its projection once the findings are fixed, time by bound, and the top
-findings with their savings per step. Every name from the trace is escaped: a kernel called
+findings with their savings per step (the dependency graph's where the diagnosis has them, as
+every view: ``Finding.saving_us``). Every name from the trace is escaped: a kernel called
 ``a|b<script>`` stays one table cell of text.
 """
 
@@ -15,7 +16,7 @@ from bwdiag._version import __version__
 from bwdiag.diagnose.model import Diagnosis
 from bwdiag.errors import OutputError
 from bwdiag.units import fmt_pct, fmt_time
-from bwdiag.report.verdict import build_verdict
+from bwdiag.report.verdict import build_verdict, ranked_findings
 
 #: Findings listed in the summary (the report has them all).
 TOP_FINDINGS = 5
@@ -37,13 +38,13 @@ def render_markdown(d: Diagnosis, outputs: dict[str, Path] | None = None) -> str
     shares = [f"{b['label'].lower()} {fmt_pct(b['pct'])}" for b in v["bars"] if b["us"] > 0]
     if shares:
         lines += [f"Time by bound: {md_text(' · '.join(shares))}", ""]
-    findings = sorted(d.findings, key=lambda f: -f.est_saving_us)
+    findings = ranked_findings(d)
     if findings:
-        unit = "per step" if all(f.est_saving_per_step_us is not None for f in findings) else "over the window"
+        unit = "per step" if all(f.saving_per_step_us is not None for f in findings) else "over the window"
         lines += [f"**Top findings** (saving {unit})", "", "| # | Finding | Saves | Kind |", "|---:|---|---:|---|"]
         for i, f in enumerate(findings[:TOP_FINDINGS], 1):
-            saving = f.est_saving_per_step_us if unit == "per step" else f.est_saving_us
-            lines.append(f"| {i} | {md_text(f.title)} | {fmt_time(saving)} ({fmt_pct(f.est_saving_pct)}) "
+            saving = f.saving_per_step_us if unit == "per step" else f.saving_us
+            lines.append(f"| {i} | {md_text(f.title)} | {fmt_time(saving)} ({fmt_pct(f.saving_pct)}) "
                          f"| {md_text(f.kind)} |")
         if len(findings) > TOP_FINDINGS:
             lines.append(f"\n… and {len(findings) - TOP_FINDINGS} more in the report.")
@@ -87,7 +88,8 @@ def _projected_cell(v: dict) -> str:
         return "—"
     projected = v["projected_step_us"] if v["projected_step_us"] is not None else v["projected_us"]
     speedup = f", {v['speedup']:.2f}× faster" if v["speedup"] else ""
-    return f"**{fmt_time(projected)}** (−{fmt_pct(v['saving_pct'])}{speedup})"
+    model = ", dependency graph" if v.get("projected_model") == "graph" else ""
+    return f"**{fmt_time(projected)}** (−{fmt_pct(v['saving_pct'])}{speedup}{model})"
 
 
 def _bound_cell(v: dict) -> str:

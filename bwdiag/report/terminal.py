@@ -135,8 +135,10 @@ def print_summary(
             cell = Text(f["title"], style="bold")
             if fix:
                 cell.append(f"\nfix: {fix[0]}" + (" …" if len(fix) > 1 else ""), style="dim")
-            table.add_row(str(i), cell, f"{fmt_time(f['saving_shown_us'])} {f['saving_unit']}\n"
-                                        f"({fmt_pct(f['saving_pct'])})")
+            saves = Text(f"{fmt_time(f['saving_shown_us'])} {f['saving_unit']}\n({fmt_pct(f['saving_pct'])})")
+            if f.get("models_note"):  # the rule's own estimate differs from the graph's: say it, short
+                saves.append(f"\nrule's estimate {fmt_time(f['rule_saving_shown_us'])}", style="dim")
+            table.add_row(str(i), cell, saves)
         console.print(table)
         if len(ctx["findings"]) > VERDICT_FINDINGS:
             console.print(Text(f"… and {len(ctx['findings']) - VERDICT_FINDINGS} more in the report",
@@ -150,6 +152,8 @@ def print_summary(
             if v["speedup"]:
                 proj.append(f", {v['speedup']:.2f}× faster", style="green")
             proj.append(")", style="green")
+            if v.get("projected_model") == "graph":
+                proj.append("  re-timed on the dependency graph", style="dim")
             console.print(proj)
     else:
         console.print(Text("No findings: nothing bwdiag knows how to fix stands out.", style="dim"))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bwdiag.diagnose.model import TIME_KEYS, Diagnosis
+from bwdiag.units import fmt_time
+from bwdiag.diagnose.model import TIME_KEYS, Diagnosis, Finding
 from bwdiag.report.values import num
 
 #: Legend labels for ``time.by_bound`` keys (communication there is the *exposed* part).
@@ -54,7 +55,7 @@ def build_verdict(d: Diagnosis) -> dict:
              "pct": 100.0 * us / total if total > 0 else 0.0}
         )
     dominant = max(bars, key=lambda b: b["us"]) if total > 0 else None
-    findings = sorted(d.findings, key=lambda f: -num(f.est_saving_us))
+    findings = ranked_findings(d)
     projected = projected_time(d)
     step_us = d.time.step_us
     verdict: dict[str, Any] = {
@@ -76,12 +77,13 @@ def build_verdict(d: Diagnosis) -> dict:
         "dominant_pct": dominant["pct"] if dominant else None,
         **_headline(d, bars, dominant),
         "top_findings": [
-            {"kind": f.kind, "title": f.title, "saving_us": f.est_saving_us,
-             "saving_pct": f.est_saving_pct, **saving_shown(f)}
+            {"kind": f.kind, "title": f.title, "saving_us": f.saving_us,
+             "saving_pct": f.saving_pct, **saving_shown(f)}
             for f in findings[:VERDICT_FINDINGS]
         ],
         "more_findings": max(0, len(findings) - VERDICT_FINDINGS),
         "projected_us": projected,
+        "projected_model": d.whatif.model if projected is not None else None,
         "projected_step_us": None,
         "saving_pct": None,
         "speedup": None,
@@ -165,17 +167,72 @@ def id_ranges(ids) -> str | None:
     return ", ".join(f"#{a}" if a == b else f"#{a}–{b}" for a, b in runs)
 
 
-def saving_shown(f) -> dict:
-    """The saving a reader compares with "Step" and "Projected": per median step when the trace
-    has complete steps, else the window total — with its unit, so no figure is read in the wrong one."""
-    per_step = f.est_saving_per_step_us
+def ranked_findings(d: Diagnosis) -> list[Finding]:
+    """The findings in the order every view lists them: largest shown saving first
+    (:attr:`~bwdiag.diagnose.model.Finding.saving_us`, as ``diagnose.findings.ranked`` stores them;
+    sorted again, stably, so a hand-made or older diagnosis reads the same way)."""
+    return sorted(d.findings, key=lambda f: -num(f.saving_us))
+
+
+def saving_shown(f: Finding) -> dict:
+    """The saving a reader compares with "Step" and "Projected" (the dependency graph's where the
+    finding has one: :attr:`~bwdiag.diagnose.model.Finding.saving_us`): per median step when the
+    trace has complete steps, else the window total — with its unit, so no figure is read in the
+    wrong one — and which model it comes from (``saving_model``: ``graph`` or ``rule``)."""
+    per_step = f.saving_per_step_us
     if per_step is not None:
-        return {"saving_shown_us": per_step, "saving_unit": "per step"}
-    return {"saving_shown_us": f.est_saving_us, "saving_unit": "over the window"}
+        return {"saving_shown_us": per_step, "saving_unit": "per step", "saving_model": f.saving_model}
+    return {"saving_shown_us": f.saving_us, "saving_unit": "over the window", "saving_model": f.saving_model}
+
+
+#: Rule and graph figures further apart than this share (of the larger) are both said (:func:`models_note`).
+MODELS_DIFFER = 0.10
+
+
+def models_note(f: Finding, host_wait_share: float | None = None) -> str | None:
+    """One plain line giving both savings when the rule's own estimate and the dependency graph's
+    differ by more than ``MODELS_DIFFER`` (None otherwise, or without a graph figure), in the unit
+    the finding's saving is shown in, with a reason where the finding's kind and the diagnosis
+    say one: ``host_wait_share`` is the share of the window the GPU idled waiting for the host."""
+    if f.graph_saving_us is None:
+        return None
+    per_step = f.est_saving_per_step_us is not None and f.graph_saving_per_step_us is not None
+    rule = f.est_saving_per_step_us if per_step else f.est_saving_us
+    graph = f.graph_saving_per_step_us if per_step else f.graph_saving_us
+    big = max(abs(rule), abs(graph))
+    if big <= 0 or abs(rule - graph) <= MODELS_DIFFER * big:
+        return None
+    unit = "per step" if per_step else "over the window"
+    line = (f"The rule's own estimate is {fmt_time(rule)} {unit}; re-timed on the dependency graph "
+            f"(host order, launches, streams, syncs) {fmt_time(graph)}")
+    why = _why_models_differ(f, rule, graph, host_wait_share)
+    return line + (f", {why}." if why else ".")
+
+
+#: Kinds whose saving is host or idle time rather than kernel time (as ``diff.compare.IDLE_KINDS``).
+_HOST_SIDE = frozenset({"host_bound", "data_loader", "sync", "launch_overhead"})
+
+
+def _why_models_differ(f: Finding, rule: float, graph: float, host_wait_share: float | None) -> str | None:
+    """Why the graph's figure differs, from what the finding's kind and the diagnosis say: "because"
+    where it follows from how the graph applies the fix, "likely because" where it is a reading of
+    the diagnosis' idle figures; None where neither says."""
+    host_side = str(f.kind) in _HOST_SIDE
+    if graph > rule:
+        return "because the work that waited on it starts earlier too" if host_side else None
+    if host_side:
+        return "because only part of that host time delays the device: the rest overlaps device work"
+    if host_wait_share is not None and host_wait_share >= 0.10:
+        return (f"likely because the GPU waits for the host ({100 * host_wait_share:.0f}% of the window): "
+                "shorter kernels mostly lengthen that wait")
+    return ("because the time it removes overlaps other work the step still waits for (another stream, "
+            "the host or other ranks)")
 
 
 def projected_time(d: Diagnosis) -> float | None:
     """The window's time once the findings are fixed: the what-if of the findings
-    (:mod:`bwdiag.diagnose.findings.whatif`, which knows how findings overlap); ``None`` without one."""
-    given = d.projected_us
+    (:mod:`bwdiag.diagnose.findings.whatif`, which knows how findings overlap), re-timed on the
+    dependency graph where it was (:attr:`~bwdiag.diagnose.model.WhatIf.shown_projected_us`);
+    ``None`` without one."""
+    given = d.shown_projected_us
     return float(given) if given is not None and d.findings else None

@@ -3,8 +3,9 @@
 The rules, their order and what each skips are listed in :mod:`.registry` (``RULES``; its docstring
 says how to add one). Each rule is a pure function of a :class:`~.base.RuleContext` returning
 :class:`~.base.RuleResult` s (a finding and what it acts on). After the rules, the what-if
-(:mod:`.whatif`) combines their savings into ``Diagnosis.whatif`` (its ``projected_us`` is the
-projected window).
+(:mod:`.whatif`) re-times each finding alone on the dependency graph, ranks the findings by the saving
+the views show (:func:`ranked`) and projects the top ones together in that order into
+``Diagnosis.whatif``.
 """
 
 from __future__ import annotations
@@ -13,32 +14,46 @@ import dataclasses
 
 from bwdiag.diagnose.findings.base import RuleContext, RuleResult, with_findings
 from bwdiag.diagnose.findings.registry import RULES, Rule, run_rules
-from bwdiag.diagnose.findings.whatif import graph_project, project, with_graph
+from bwdiag.diagnose.findings.whatif import graph_alone, graph_project, graph_together, project, with_graph
 from bwdiag.diagnose.model import Diagnosis
 
-__all__ = ["RULES", "Rule", "RuleContext", "RuleResult", "add_findings", "graph_project", "project", "run_rules"]
+__all__ = ["RULES", "Rule", "RuleContext", "RuleResult", "add_findings", "graph_project", "project", "ranked",
+           "run_rules"]
 
 
 def add_findings(diagnosis: Diagnosis, analyses, results_out: list | None = None,
                  job_ranks: int | None = None) -> Diagnosis:
-    """Run every rule; return the diagnosis with its findings sorted by estimated saving and the
-    what-if projection. ``results_out``, when given, receives the sorted ``RuleResult`` s (what each
-    finding acts on: ``--annotated-trace`` marks those activities). ``job_ranks``: the job's rank
-    count when ``analyses`` is one rank of it (the map of :mod:`bwdiag.diagnose.reduce`)."""
+    """Run every rule; return the diagnosis with its findings ranked by the saving the views show
+    (:attr:`~bwdiag.diagnose.model.Finding.saving_us`: the dependency graph's where there is one,
+    else the rule's) and the what-if of the top ones, in that order. ``results_out``, when given,
+    receives the ``RuleResult`` s in the same order (what each finding acts on:
+    ``--annotated-trace`` marks those activities). ``job_ranks``: the job's rank count when
+    ``analyses`` is one rank of it (the map of :mod:`bwdiag.diagnose.reduce`)."""
     ctx = RuleContext(diagnosis, analyses, job_ranks=job_ranks)
     results = run_rules(ctx)
     results.sort(key=lambda r: -r.finding.est_saving_us)
+    alone = graph_alone(ctx, results) if results else None
+    if alone is not None:
+        results = [dataclasses.replace(r, finding=dataclasses.replace(r.finding, graph_saving_us=g))
+                   for r, g in zip(results, alone.savings)]
+    order = ranked([r.finding for r in results])
+    results = [results[i] for i in order]
     if results_out is not None:
         results_out.extend(results)
     projection = project(ctx, results) if results else None
-    graph = graph_project(ctx, results) if results else None
+    graph = graph_together(alone.reordered(order)) if alone is not None else None
+    if graph is not None:
+        projection = with_graph(projection, graph)
     findings = [r.finding for r in results]
     scale = ctx.step_scale
-    if graph is not None:
-        findings = [dataclasses.replace(f, graph_saving_us=g) for f, g in zip(findings, graph.savings)]
-        projection = with_graph(projection, graph)
     if scale is not None:
         findings = [dataclasses.replace(f, est_saving_per_step_us=f.est_saving_us * scale,
                                         graph_saving_per_step_us=None if f.graph_saving_us is None
                                         else f.graph_saving_us * scale) for f in findings]
     return with_findings(diagnosis, findings, projection)
+
+
+def ranked(findings) -> list[int]:
+    """Positions of ``findings`` largest shown saving first (``Finding.saving_us``); ties keep the
+    rule's estimate's order (a stable sort of findings already sorted by it)."""
+    return sorted(range(len(findings)), key=lambda i: -findings[i].saving_us)

@@ -107,27 +107,66 @@ class GraphProjection:
     projected_us: float
 
 
-def graph_project(ctx: RuleContext, results: Sequence[RuleResult], graph: Graph | None = None) -> GraphProjection | None:
-    """Each result's saving on the dependency graph, and the top ``PROJECTED_FINDINGS`` together."""
+@dataclass(frozen=True)
+class GraphAlone:
+    """Each result's saving on the dependency graph, applied alone (:func:`graph_alone`): the graph,
+    the window it reproduces, and per result its change and its saving (same order as the results)."""
+
+    graph: Graph
+    base_us: float
+    changes: tuple[Change, ...]
+    savings: tuple[float, ...]
+
+    def reordered(self, order: Sequence[int]) -> GraphAlone:
+        """The same figures for the results taken in ``order`` (positions into the current order)."""
+        return GraphAlone(self.graph, self.base_us, tuple(self.changes[i] for i in order),
+                          tuple(self.savings[i] for i in order))
+
+
+def graph_alone(ctx: RuleContext, results: Sequence[RuleResult], graph: Graph | None = None) -> GraphAlone | None:
+    """Each result's saving on the dependency graph, its fix applied alone; None without a graph
+    (no activities) or where the graph cannot be re-timed here."""
     graph = graph if graph is not None else depgraph.build_graph(ctx.analyses)
     if graph is None or not results:
         return None
     timing = depgraph.retime(graph)
     if not timing.converged:  # a graph too deep to re-time here: no graph figures rather than wrong ones
         return None
-    base = timing.window_us
-    changes = [change_for(ctx, graph, r) for r in results]
+    changes = tuple(change_for(ctx, graph, r) for r in results)
     runs = [depgraph.retime(graph, c) for c in changes]
-    top = changes[:PROJECTED_FINDINGS]
-    runs_top = [runs[0]] + [depgraph.retime(graph, Change.combine(top[: i + 1], graph.size)) for i in range(1, len(top))]
-    if not all(t.converged for t in runs + runs_top):
+    if not all(t.converged for t in runs):
         return None
-    savings = tuple(float(base - t.window_us) for t in runs)
-    applied, before = [], base
-    for t in runs_top:
-        applied.append(float(before - t.window_us))
-        before = t.window_us
-    return GraphProjection(float(base), savings, tuple(applied), float(before))
+    base = float(timing.window_us)
+    return GraphAlone(graph, base, changes, tuple(_saved(base, float(t.window_us)) for t in runs))
+
+
+def _saved(before: float, after: float) -> float:
+    """``before - after``, with the re-timing's rounding (a few ulps of the window) read as 0."""
+    d = before - after
+    return 0.0 if abs(d) <= 1e-9 * max(1.0, abs(before)) else d
+
+
+def graph_together(alone: GraphAlone) -> GraphProjection | None:
+    """The top ``PROJECTED_FINDINGS`` of ``alone`` (in its order) applied one after another: what
+    each adds to those above it, and the window with all of them (each node changed once)."""
+    top = alone.changes[:PROJECTED_FINDINGS]
+    runs = [depgraph.retime(alone.graph, Change.combine(top[: i + 1], alone.graph.size)) if i else None
+            for i in range(len(top))]
+    if not all(t.converged for t in runs if t is not None):
+        return None
+    applied, before = [], alone.base_us
+    for i, t in enumerate(runs):
+        after = alone.base_us - alone.savings[0] if t is None else float(t.window_us)
+        applied.append(_saved(before, after))
+        before = after
+    return GraphProjection(alone.base_us, alone.savings, tuple(applied), float(before))
+
+
+def graph_project(ctx: RuleContext, results: Sequence[RuleResult], graph: Graph | None = None) -> GraphProjection | None:
+    """Each result's saving on the dependency graph, and the top ``PROJECTED_FINDINGS`` together
+    (in the order given)."""
+    alone = graph_alone(ctx, results, graph)
+    return graph_together(alone) if alone is not None else None
 
 
 def with_graph(projection: WhatIf, graph: GraphProjection) -> WhatIf:
