@@ -224,6 +224,8 @@ class Finding(Record):
     #: None where no graph was built (older files, no activities)
     graph_saving_us: float | None = None
     graph_saving_per_step_us: float | None = None  # the same in one median profiler step
+    #: the graph saving as a share of the window it was re-timed from (``WhatIf.graph_base_us``)
+    graph_saving_pct: float | None = None
 
     # -- the saving every view shows and ranks by (:func:`shown`: the graph's where it has one) --
 
@@ -249,6 +251,8 @@ class Finding(Record):
         """The saving shown as a share of the window (so also of one step), in percent."""
         if self.saving_model == "rule":
             return self.est_saving_pct
+        if self.graph_saving_pct is not None:
+            return float(self.graph_saving_pct)
         est = self.est_saving_us
         # est_saving_pct = 100 * est / window: the window is est / pct (unknown when both are 0)
         if est and self.est_saving_pct:
@@ -463,6 +467,10 @@ class WhatIf(Record):
     graph_projected_us: float | None = None
     graph_saved_us: float | None = None
     graph_speedup: float | None = None
+    #: the window the graph projection starts from: ``total_us``, or less where the capture timed the
+    #: steps unprofiled and the profiler's cost was taken out of the host side first (the graph's
+    #: ``profiler_baseline``); savings and the projection are measured against it
+    graph_base_us: float | None = None
 
     # -- the projection every view shows (:func:`shown`: the graph's where it has one) --
 

@@ -152,7 +152,10 @@ def print_summary(
             if v["speedup"]:
                 proj.append(f", {v['speedup']:.2f}× faster", style="green")
             proj.append(")", style="green")
-            if v.get("projected_model") == "graph":
+            if v.get("projected_base_step_us"):
+                proj.append(f"  from the unprofiled {fmt_time(v['projected_base_step_us'])}, re-timed on the "
+                            "dependency graph", style="dim")
+            elif v.get("projected_model") == "graph":
                 proj.append("  re-timed on the dependency graph", style="dim")
             console.print(proj)
     else:

@@ -88,9 +88,15 @@ def build_verdict(d: Diagnosis) -> dict:
         "saving_pct": None,
         "speedup": None,
     }
+    # The projection starts from the graph's baseline window where the profiler's cost was taken out
+    # of the host side first (WhatIf.graph_base_us), else from the analysed window.
+    base = total
+    if projected is not None and d.whatif.model == "graph" and d.whatif.graph_base_us:
+        base = float(d.whatif.graph_base_us)
+    verdict["projected_base_step_us"] = step_us * base / total if step_us and total > 0 and base != total else None
     if projected is not None and total > 0:
-        verdict["saving_pct"] = 100.0 * (total - projected) / total
-        verdict["speedup"] = total / projected if projected > 0 else None
+        verdict["saving_pct"] = 100.0 * (base - projected) / base
+        verdict["speedup"] = base / projected if projected > 0 else None
         if step_us:
             verdict["projected_step_us"] = step_us * projected / total
     return verdict

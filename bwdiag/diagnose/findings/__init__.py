@@ -34,7 +34,9 @@ def add_findings(diagnosis: Diagnosis, analyses, results_out: list | None = None
     results.sort(key=lambda r: -r.finding.est_saving_us)
     alone = graph_alone(ctx, results) if results else None
     if alone is not None:
-        results = [dataclasses.replace(r, finding=dataclasses.replace(r.finding, graph_saving_us=g))
+        results = [dataclasses.replace(r, finding=dataclasses.replace(
+                       r.finding, graph_saving_us=g,
+                       graph_saving_pct=100.0 * g / alone.base_us if alone.base_us > 0 else None))
                    for r, g in zip(results, alone.savings)]
     order = ranked([r.finding for r in results])
     results = [results[i] for i in order]
