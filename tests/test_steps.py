@@ -110,3 +110,27 @@ def test_unprofiled_step_from_the_captures_clock():
     assert unprofiled_step({"bwdiag": {"unprofiled_steps": None}}) is None
     assert unprofiled_step({}) is None
     assert unprofiled_step({"bwdiag": {"unprofiled_steps": {"ids": [1], "host_us": ["x"]}}}) is None
+
+
+def test_slow_steps_that_are_a_pattern_give_the_mean():
+    # A DataLoader whose two workers fall behind every other step (the new-user run: 5.99, 29.4, 4.41 ms):
+    # one slow step in three is a pattern, and what a step costs on average is the mean.
+    s = step_spans(frame(steps("cpu", [5990.0, 29400.0, 4410.0])), trace_end_us=100_000.0)
+    assert s.statistic == "mean" and s.median_us == pytest.approx((5990 + 29400 + 4410) / 3)
+    assert s.abnormal == ()
+    # One slow step in five stays an outlier: the median, flagged.
+    s = step_spans(frame(steps("cpu", [100.0, 100.0, 100.0, 100.0, 200.0])), trace_end_us=10_000.0)
+    assert s.statistic == "median" and s.median_us == 100.0 and s.abnormal == (5,)
+
+
+def test_an_oversubscribed_recording_host_is_named():
+    from types import SimpleNamespace
+
+    from bwdiag.diagnose.assemble import _busy_host_warnings
+
+    def digest(load1, cores):
+        return SimpleNamespace(metadata={"bwdiag": {"host_load": {"load1": load1, "cores": cores}}})
+
+    (w,) = _busy_host_warnings([digest(1.5, 2), digest(4.8, 2)])
+    assert "load average 4.8 on 2 cores" in w
+    assert _busy_host_warnings([digest(2.9, 2), SimpleNamespace(metadata={})]) == []  # within cores + 1

@@ -75,6 +75,20 @@ def calibrated_ceilings(device: dict[str, Any]) -> dict[str, Any] | None:
     return {"file": str(path), **{k: record[k] for k in keep if k in record}}
 
 
+def host_load() -> dict[str, Any] | None:
+    """The host's 1-minute load average and the cores this process may use, when the OS says: a
+    load above the cores means the recorded times include waiting for a CPU."""
+    try:
+        load1 = os.getloadavg()[0]
+    except (AttributeError, OSError):  # not on this OS
+        return None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count()
+    return {"load1": round(float(load1), 2), "cores": cores}
+
+
 def capture_metadata(
     *,
     argv: list[str],
@@ -105,6 +119,7 @@ def capture_metadata(
         "with_stack": with_stack,
         "module_annotations": MODULE_ANNOTATIONS if with_modules else None,
         "calibrated": calibrated_ceilings(device),
+        "host_load": host_load(),
     }
     if note:
         meta["note"] = note

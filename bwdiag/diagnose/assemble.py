@@ -57,6 +57,7 @@ def assemble(digests: Sequence[RankDigest], spec: DeviceSpec, warnings: Sequence
     warnings.extend(_above_roof_warnings(digests, spec))
     warnings.extend(_compiled_warnings(digests))
     warnings.extend(sorted({d.steps.note for d in digests if d.steps is not None and d.steps.note}))
+    warnings.extend(_busy_host_warnings(digests))
     kernels = [k for d in digests for k in d.kernels]
     collectives = [c for d in digests for c in d.collectives]
     fits = fit_latency_bandwidth(collectives)
@@ -121,6 +122,25 @@ def _above_roof_warnings(digests: Sequence[RankDigest], spec: DeviceSpec) -> lis
     return out
 
 
+#: A recording host whose 1-minute load average exceeds its cores by this much was oversubscribed.
+BUSY_HOST_EXCESS = 1.0
+
+
+def _busy_host_warnings(digests: Sequence[RankDigest]) -> list[str]:
+    """One warning when a bwdiag capture recorded on an oversubscribed host (its ``host_load``)."""
+    worst = None
+    for d in digests:
+        load = ((d.metadata or {}).get("bwdiag") or {}).get("host_load")
+        if isinstance(load, dict) and isinstance(load.get("load1"), (int, float)) and isinstance(load.get("cores"), int):
+            if load["load1"] > load["cores"] + BUSY_HOST_EXCESS and (worst is None or load["load1"] > worst["load1"]):
+                worst = load
+    if worst is None:
+        return []
+    return [f"the host was oversubscribed while recording (load average {worst['load1']:.1f} on {worst['cores']} "
+            "cores): op and step times include waiting for a CPU and vary from run to run; record again on a "
+            "quieter host before acting on small differences"]
+
+
 def _compiled_warnings(digests: Sequence[RankDigest]) -> list[str]:
     facts = [d.compiled for d in digests if d.compiled]
     if not facts:
@@ -172,7 +192,8 @@ def _time(digests: Sequence[RankDigest], spans: list) -> TimeBreakdown:
                          float(np.median([s.median_us for s in spans])),
                          min(s.min_us for s in spans), max(s.max_us for s in spans),
                          first.step_ids, tuple(sorted({i for s in spans for i in s.abnormal})),
-                         first.side, first.excluded, tuple(first.durations_us), **unprofiled)
+                         first.side, first.excluded, tuple(first.durations_us), **unprofiled,
+                         step_statistic="mean" if any(s.statistic == "mean" for s in spans) else "median")
 
 
 def _coverage(digests: Sequence[RankDigest]) -> Coverage:

@@ -153,6 +153,7 @@ class TimeBreakdown(Record):
     communication_overlap_pct: float | None  # None when there is no communication
     steps: int | None = None  # complete ProfilerStep spans measured (first rank with steps)
     step_us: float | None = None  # MEDIAN complete step (median over ranks' medians); None without steps
+    #                               (the MEAN when step_statistic says so: slow steps that are a pattern)
     step_min_us: float | None = None
     step_max_us: float | None = None
     step_ids: tuple[int, ...] = ()  # the complete steps measured (ProfilerStep#N numbers)
@@ -165,6 +166,9 @@ class TimeBreakdown(Record):
     unprofiled_step_us: float | None = None
     unprofiled_step_ids: tuple[int, ...] = ()
     unprofiled_clock: str | None = None  # "device" (CUDA events) | "host" (perf_counter)
+    #: "median" of the complete steps, or "mean" when a third or more of them are over 1.5× the
+    #: median (a DataLoader falling behind every other step: a pattern, not outliers)
+    step_statistic: str = "median"
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,11 @@ import pandas as pd
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 ABNORMAL_RATIO = 1.5
 CUT_RATIO = 0.5
+#: When at least this share of the complete steps is over ABNORMAL_RATIO × the median, the slow steps
+#: are a pattern (a DataLoader whose workers fall behind every other step, a periodic sync), not
+#: outliers: the step time is then the mean, what the steps take on average, rather than the median
+#: of the fast ones.
+PATTERN_SHARE = 1 / 3
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,7 @@ class StepSpans:
     abnormal: tuple[int, ...]  # step ids longer than ABNORMAL_RATIO × median
     excluded: tuple[int, ...] = ()  # step ids left out (cut or without duration)
     note: str = ""  # why the GPU-side spans were set aside, when they were
+    statistic: str = "median"  # what median_us holds: "median", or "mean" when slow steps are a pattern
 
 
 def _spans(annotations: pd.DataFrame, side: str) -> pd.DataFrame:
@@ -99,8 +105,11 @@ def step_spans(annotations: pd.DataFrame, trace_end_us: float | None = None,
     med = float(np.median(durs))
     ids = tuple(int(s) for s in spans.index)
     abnormal = tuple(i for i, d in zip(ids, durs) if d > ABNORMAL_RATIO * med)
+    statistic = "median"
+    if len(durs) >= 3 and len(abnormal) >= PATTERN_SHARE * len(durs):
+        med, abnormal, statistic = float(np.mean(durs)), (), "mean"
     return StepSpans(side, ids, tuple(float(d) for d in durs), med, float(durs.min()), float(durs.max()),
-                     abnormal, tuple(sorted(all_ids - set(ids))), note)
+                     abnormal, tuple(sorted(all_ids - set(ids))), note, statistic)
 
 
 def _inconsistent(gpu: pd.DataFrame, cpu: pd.DataFrame) -> str:

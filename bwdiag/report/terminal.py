@@ -93,7 +93,11 @@ def print_summary(
             spread = ""
             if v.get("step_min_us") is not None and v.get("step_max_us") is not None:
                 spread = f", {fmt_time(v['step_min_us'])}–{fmt_time(v['step_max_us'])}"
-            when.append(f" (median of {v['steps']} complete steps{spread})", style="dim")
+            if v.get("step_statistic") == "mean":
+                when.append(f" (mean of {v['steps']} complete steps{spread}: a third or more take over 1.5× "
+                            "the median, a pattern rather than outliers)", style="dim")
+            else:
+                when.append(f" (median of {v['steps']} complete steps{spread})", style="dim")
         elif v["steps"]:
             when.append(" (one complete step)", style="dim")
         if v.get("step_ids"):

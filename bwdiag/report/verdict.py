@@ -65,6 +65,7 @@ def build_verdict(d: Diagnosis) -> dict:
         "step_min_us": d.time.step_min_us,
         "step_max_us": d.time.step_max_us,
         "step_source": d.time.step_source,
+        "step_statistic": d.time.step_statistic,
         "step_ids": id_ranges(d.time.step_ids),
         "steps_excluded": id_ranges(d.time.steps_excluded),
         **_unprofiled(d),
