@@ -307,3 +307,22 @@ def test_run_with_a_baseline_prints_the_diff(sleep_runs, tmp_path):
     missing = _cli("run", "--baseline", str(tmp_path / "nope"), "-o", str(tmp_path / "o2"), str(script), cwd=tmp_path)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "--baseline" in missing.stderr
     assert not (tmp_path / "o2").exists()
+
+
+def test_diff_of_an_h200_fix_shows_both_unprofiled_steps(tmp_path):
+    # KV-cache decode on an H200: cuDNN attention planning per token, then sdpa_kernel(FLASH_ATTENTION).
+    before = REPO / "sample_traces" / "decode_kv_cache_h200"
+    after = REPO / "sample_traces" / "decode_kv_cache_h200_flash"
+    proc = _cli("diff", str(before), str(after), "-o", str(tmp_path / "d"))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "d" / "diff.json").read_text())
+
+    def unprofiled(folder):  # the captures' own clock, read from the raw traces
+        with gzip.open(folder / "rank0.pt.trace.json.gz", "rt") as f:
+            return statistics.median(json.load(f)["bwdiag"]["unprofiled_steps"]["device_us"][-3:])
+
+    u = doc["step"]["unprofiled"]
+    assert u["before_us"] == pytest.approx(unprofiled(before)) and u["after_us"] == pytest.approx(unprofiled(after))
+    assert u["clock"] == "device" and u["delta_pct"] < -90
+    assert "unprofiled step" in proc.stdout + proc.stderr
+    assert "unprofiled step" in (tmp_path / "d" / "diff.html").read_text()

@@ -137,7 +137,19 @@ def _step_section(before: Diagnosis, after: Diagnosis, per_step: bool) -> dict[s
                       "(over 1.5x the median) left out",
         "beyond_noise": beyond,
         "verdict": verdict,
+        "unprofiled": _unprofiled(before, after),
     }
+
+
+def _unprofiled(before: Diagnosis, after: Diagnosis) -> dict[str, Any] | None:
+    """Both runs' steps with no profiler running (the captures' own clock before their windows), when
+    both captures timed them: the change the user's script sees, without the profiler's cost."""
+    b, a = before.time.unprofiled_step_us, after.time.unprofiled_step_us
+    if not b or not a:
+        return None
+    return {"before_us": b, "after_us": a, "delta_us": a - b, "delta_pct": 100.0 * (a - b) / b,
+            "clock": before.time.unprofiled_clock if before.time.unprofiled_clock == after.time.unprofiled_clock
+            else "mixed"}
 
 
 # ---------------------------------------------------------------------------- time by bound

@@ -51,6 +51,17 @@ def verdict_line(doc: dict[str, Any]) -> str:
     return f"{word}, beyond the noise: {head}{speed}; {noise}"
 
 
+def unprofiled_line(doc: dict[str, Any]) -> str | None:
+    """The unprofiled steps of both runs, when both captures timed them."""
+    u = doc["step"].get("unprofiled")
+    if not u:
+        return None
+    pct = u["delta_pct"]
+    return (f"unprofiled step (the captures' own {u['clock']} clock, steps before the profiler started): "
+            f"{fmt_time(u['before_us'])} → {fmt_time(u['after_us'])} ({_signed(u['delta_us'])}, "
+            f"{'+' if pct > 0 else '−' if pct < 0 else ''}{abs(pct):.1f}%)")
+
+
 def gate_line(doc: dict[str, Any]) -> str | None:
     g = doc.get("gate")
     if not g:
@@ -139,6 +150,7 @@ def page_context(doc: dict[str, Any]) -> dict[str, Any]:
         "after_name": after,
         "unit_text": "per median complete step" if doc["unit"] == "step" else "per analysed window",
         "verdict": verdict_line(doc),
+        "unprofiled": unprofiled_line(doc),
         "verdict_class": {"faster": "faster", "slower": "slower"}.get(verdict, ""),
         "gate": gate_line(doc),
         "gate_failed": bool(doc.get("gate", {}).get("failed")),
@@ -172,6 +184,8 @@ def print_diff(doc: dict[str, Any], *, outputs: dict[str, Any] | None = None, fi
     console.print(head)
     style = {"faster": "bold green", "slower": "bold red"}.get(doc["step"]["verdict"], "bold")
     console.print(Text(page["verdict"], style=style))
+    if page["unprofiled"]:
+        console.print(Text(page["unprofiled"], style="dim"))
     if page["gate"]:
         console.print(Text(page["gate"], style="bold red" if page["gate_failed"] else "green"))
     for w in doc["warnings"]:
