@@ -469,3 +469,19 @@ def test_run_summary_fits_an_80_column_terminal(tmp_path: Path) -> None:
     names = [r.split(" ")[0] for r in rows]
     for row, name in zip(rows, names):  # an op in several rows carries its shapes
         assert names.count(name) == 1 or "[" in row, rows
+
+
+def test_cupti_is_released_when_the_profiler_stops_unless_the_user_says_otherwise():
+    from types import SimpleNamespace
+
+    from bwdiag.capture.session import release_cupti_on_stop
+
+    def fake(cuda: bool):
+        return SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: cuda))
+
+    env = {}
+    assert release_cupti_on_stop(fake(True), env) and env == {"TEARDOWN_CUPTI": "1"}
+    env = {"TEARDOWN_CUPTI": "0"}  # the user's (or Inductor's) choice stands
+    assert not release_cupti_on_stop(fake(True), env) and env == {"TEARDOWN_CUPTI": "0"}
+    env = {}
+    assert not release_cupti_on_stop(fake(False), env) and env == {}  # CPU only: no CUPTI
