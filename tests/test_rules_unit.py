@@ -410,12 +410,14 @@ def test_results_are_plain_data():
 # -- one op's own host work ------------------------------------------------------------------------
 
 
-def _slow_op_ctx(unprofiled_us=None):
+def _slow_op_ctx(unprofiled_us=None, first_call=False):
     from bwdiag.diagnose.findings import host_ops  # noqa: F401
 
     # The GPU runs a 90 µs kernel, then waits: the next kernel is launched at 5090, near the end of a
     # 5 ms cuDNN attention call on the host (its own work: it has no child op); an aten::linear follows.
     ops = [op("aten::_cudnn_attention_forward", ts=100, end=5100), op("aten::linear", ts=5100, end=5150)]
+    if not first_call:  # an earlier, quick call of the same op: the slow one is not its first
+        ops.append(op("aten::_cudnn_attention_forward", ts=-300, end=-290))
     k1 = kernel("k1", ts=0, dur=90, category="elementwise", bound="memory")
     k2 = kernel("cudnn_sdpa_fprop", op=0, ts=5120, dur=50, category="attention", bound="memory")
     k1["launch_ts"], k2["launch_ts"] = -10.0, 5090.0
@@ -448,3 +450,22 @@ def test_host_wait_the_unprofiled_run_cannot_have_is_the_profilers():
     r = only(host_ops.slow_host_work(_slow_op_ctx(unprofiled_us=1200.0)))
     assert r.est_saving_us == pytest.approx(1200.0 - 140.0)
     assert any("profiler's own cost" in e for e in r.finding.evidence)
+
+
+def test_a_slow_first_call_is_named_as_initialisation():
+    from bwdiag.diagnose.findings import host_ops
+
+    r = only(host_ops.slow_host_work(_slow_op_ctx(first_call=True)))
+    assert r.est_saving_us == pytest.approx(5000.0)
+    assert "first call waits on one-off initialisation" in r.finding.title and "--wait" in r.finding.fix
+
+
+def test_wrappers_own_time_is_not_an_ops_work():
+    from bwdiag.diagnose.findings import helpers
+
+    # The same timeline with the slow span an autograd engine node: Python between kernels, not one op's work.
+    ctx = _slow_op_ctx()
+    a = ctx.analyses[0]
+    a.trace.ops.loc[0, "name"] = "autograd::engine::evaluate_function: MulBackward0"
+    a.__dict__.pop("_slow_host_ops", None)
+    assert helpers.slow_host_ops(a) == []

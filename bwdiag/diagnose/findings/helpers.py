@@ -247,6 +247,7 @@ class SlowHostOp:
     wait_us: float  # GPU host-wait idle inside those calls, their children's excluded
     host_us: float  # those calls' whole host duration
     rows: np.ndarray  # their op rows
+    first_calls: int = 0  # of those calls, the first call of that op name on its thread in the trace
 
 
 def slow_host_ops(a) -> list[SlowHostOp]:
@@ -300,12 +301,28 @@ def _slow_host_ops(a) -> list[SlowHostOp]:
     if loader.any():
         in_loader = covered_within(ts, end, merged_runs(ts[loader], end[loader])) > 0
         is_op &= ~in_loader
-    slow = is_op & (own >= SLOW_HOST_OP_US)
+    # Library ops only: a wrapper's own time (a record_function range, an autograd engine node, a
+    # Python-level "forward") is the interpreter between kernels, which the host-bound rules report.
+    library = pd.Series(names).str.match(_LIBRARY_OP).to_numpy() & ~pd.Series(names).str.match(_WRAPPER_OP).to_numpy()
+    slow = is_op & library & (own >= SLOW_HOST_OP_US)
     found = []
-    for name in pd.unique(names[slow]):
-        rows = np.flatnonzero(slow & (names == name))
-        found.append(SlowHostOp(name, len(rows), float(own[rows].sum()), float((end - ts)[rows].sum()), rows))
+    if slow.any():
+        tid = op_column(ops, "tid") if "tid" in ops else np.zeros(len(ops))
+        order = np.lexsort((ts, names, tid.astype(str)))
+        first = np.zeros(len(ops), dtype=bool)
+        keys = list(zip(tid.astype(str)[order], names[order]))
+        first[order[[0] + [i for i in range(1, len(order)) if keys[i] != keys[i - 1]]]] = True
+        for name in pd.unique(names[slow]):
+            rows = np.flatnonzero(slow & (names == name))
+            found.append(SlowHostOp(name, len(rows), float(own[rows].sum()), float((end - ts)[rows].sum()), rows,
+                                    int(first[rows].sum())))
     return sorted(found, key=lambda w: -w.wait_us)
+
+
+#: Ops of a library namespace (``aten::``, ``torchvision::``, ``vllm::`` …) — work of their own.
+_LIBRARY_OP = re.compile(r"^[A-Za-z_][\w.]*::")
+#: Namespaced names that are wrappers, not work: autograd's engine nodes, collectives' waits.
+_WRAPPER_OP = re.compile(r"^(autograd::|torch::autograd::|c10d::|record_param_comms|profiler::)")
 
 
 def looks_launch_bound(ctx) -> bool:

@@ -38,6 +38,11 @@ _CONV_FIX = (
     "# run a few warm-up steps of every shape before the timed/profiled ones (bwdiag run --wait N),\n"
     "# keep input shapes static (pad or bucket them), or torch.backends.cudnn.benchmark = False for ever-changing shapes"
 )
+_WARMUP_FIX = (
+    "# record after a few warm-up steps, so one-off initialisation stays out of the window:\n"
+    "# bwdiag run --wait 5 train.py   (or torch.profiler.schedule(wait=..., warmup=...))\n"
+    "# in a benchmark, run every op once before timing it"
+)
 _GENERIC_FIX = (
     "# find what the op does on the host: py-spy record --native -- python train.py\n"
     "# keep its inputs' shapes static (planners and autotuners cache per shape), or move the work out of the step"
@@ -70,7 +75,13 @@ def slow_host_work(ctx: RuleContext) -> list[RuleResult]:
             f"the GPU waits for them: {ctx.per_step(measured)} of idle falls inside their own host time",
             *host_wait_cap_line(ctx, measured, saving),
         ]
-        if _CUDNN_ATTENTION.search(name):
+        first = sum(w.first_calls for _, w in found)
+        if first == calls:
+            evidence.append(f"{'each is' if calls > 1 else 'it is'} the first call of {name} on its thread in the "
+                            "trace: one-off initialisation (cuBLAS/cuDNN handles, CUDA module loading, autotuning), "
+                            "paid again only when shapes change")
+            title, fix = f"{name}: its first call waits on one-off initialisation", _WARMUP_FIX
+        elif _CUDNN_ATTENTION.search(name):
             evidence.append("cuDNN attention builds an execution plan per new input shape: with a key length "
                             "that grows every decode step, every call plans again")
             title, fix = f"Attention plans a new cuDNN graph every call ({name})", _SDPA_FIX
