@@ -8,22 +8,9 @@
 # Phases are skipped once BUDGET seconds have passed.
 set -u
 BUDGET=${BUDGET:-500}
-R=/tmp/bwdiag-h200; rm -rf "$R"; mkdir -p "$R"
-OUT=${OUT:-/tmp/bwdiag-h200-out}; mkdir -p "$OUT"
-pack() { tar czf "$OUT/.h200.tmp" -C "$R" . && mv "$OUT/.h200.tmp" "$OUT/h200.tar.gz"; }
-log() { echo "[$(date +%T) +${SECONDS}s] $*" | tee -a "$R/log.txt"; }
+NAME=h200
+. benchmarks/device_common.sh
 left() { [ "$SECONDS" -lt "$1" ] || { log "skipped: $2 (past ${1}s)"; return 1; }; }
-
-if ls .whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-    export PYTHONPATH=/tmp/site:$PWD
-else
-    export PYTHONPATH=$PWD
-fi
-export PYTHONUNBUFFERED=1
-B="python3 -m bwdiag"
-TM="--d-model 1024 --heads 16 --layers 8 --seq 1024 --batch 8 --vocab 32000"
-DM="--d-model 2048 --heads 16 --layers 8 --batch 16 --prompt 1024 --tokens 32 --vocab 32000"
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
   python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
@@ -33,12 +20,6 @@ log calibrate
 timeout 150 $B calibrate --device cuda > "$R/calibrate.txt" 2>&1; echo "rc=$?" >> "$R/calibrate.txt"
 cp ~/.cache/bwdiag/*.json "$R/" 2>/dev/null; pack
 
-cap() {  # cap NAME SCRIPT ARGS...: bwdiag run, the trace folder without the done markers
-    local name=$1; shift
-    log "capture $name"
-    timeout 100 $B run --no-analyze --force -o "$R/$name" "$@" > "$R/$name.out" 2>&1
-    echo "rc=$?" >> "$R/$name.out"; rm -f "$R/$name"/.rank*.done; pack
-}
 cap train_transformer_h200 examples/train_transformer.py --steps 30
 cap train_transformer_medium_h200 examples/train_transformer.py --steps 30 $TM
 cap decode_kv_cache_h200 examples/decode_kv_cache.py --tokens 32
