@@ -322,3 +322,39 @@ def test_trace_larger_than_free_memory_is_refused_not_killed(tmp_path, monkeypat
     case = BAD / "reference_good.json.gz"  # 21 kB on disk, 297 kB of JSON inside
     res = run(["analyze", str(case), "-o", str(tmp_path / "out")])
     refused(res, str(case), "more than the 0.0 GB of free memory", "analyse it on a machine with more memory")
+
+
+def _gpu_trace_text() -> str:
+    """A small GPU trace as Kineto orders it: deviceProperties, the host's events, then the device's."""
+    host = [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5,
+             "args": {"Input Dims": [[1024], [1024]], "Input type": ["float", "float"]}} for i in range(20)]
+    host += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10 * i + 1,
+              "dur": 3, "args": {"correlation": 100 + i}} for i in range(20)]
+    device = [{"ph": "X", "cat": "kernel", "name": "vectorized_elementwise_kernel", "pid": 0, "tid": 7,
+               "ts": 10 * i + 6, "dur": 2, "args": {"correlation": 100 + i, "device": 0, "stream": 7}}
+              for i in range(20)]
+    doc = {"deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-40GB", "numSms": 108}],
+           "traceEvents": host + device}
+    return json.dumps(doc)
+
+
+def test_a_gpu_trace_cut_before_its_device_events_is_refused(tmp_path):
+    text = _gpu_trace_text()
+    cut = tmp_path / "cut.json"
+    cut.write_text(text[: text.index('"cat": "kernel"') + 5])  # ends inside the first kernel event
+    out = tmp_path / "out"
+    res = run(["analyze", str(cut), "-o", str(out)])
+    refused(res, str(cut), "cut or damaged before its GPU activity: 20 kernel launches are recorded but none "
+                           "of their kernels", "copy the whole file again")
+    assert not out.exists()
+
+
+def test_launches_without_device_activity_in_an_intact_file_are_named(tmp_path):
+    doc = json.loads(_gpu_trace_text())
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e["cat"] != "kernel"]  # CUPTI recorded nothing
+    path = tmp_path / "nokernels.json"
+    path.write_text(json.dumps(doc))
+    res = run(["analyze", str(path), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 0, (res.stderr, res.exception)
+    d = json.loads((tmp_path / "out" / "diagnosis.json").read_text())
+    assert any("20 kernel launches are recorded but no GPU activity" in w for w in d["warnings"])

@@ -115,6 +115,7 @@ def load_rank(path: Path, progress: Callable[[int, int], None] | None = None, jo
     tables = tab.finish()
     del tab
     _refuse_unusable(path, n_events, tables)
+    _check_device_side(path, tables, metadata, warnings)
     _warn_skipped(path, tables, warnings)
     malformed_args = sanitize_args(tables)
     if malformed_args:
@@ -174,6 +175,32 @@ def _refuse_unusable(path: Path, n_events: int, tables: EventTables) -> None:
         + (f" ({detail})" if detail else "")
         + "; pass a file written by torch.profiler's export_chrome_trace or tensorboard_trace_handler"
     )
+
+
+#: Runtime calls that launch device work: with none of their kernels in the trace, the device side is missing.
+_LAUNCHES = re.compile(r"(?:cuda|hip|cu)(?:LaunchKernel|LaunchKernelExC|GraphLaunch)|hipExtModuleLaunchKernel|cuLaunchKernelEx")
+
+
+def _check_device_side(path: Path, tables: EventTables, metadata: dict[str, Any], warnings: list[str]) -> None:
+    """A GPU trace (kernel launches recorded, or GPUs in ``deviceProperties``) with no device activity:
+    refuse a damaged file — it was cut before Kineto's device events, which follow the host's, and
+    analysing its host side as a CPU trace would mislead — and warn for an intact one with launches
+    (CUPTI recorded nothing: only the host side is analysed)."""
+    if not tables.gpu.empty:
+        return
+    launches = 0 if tables.runtime.empty else \
+        int(tables.runtime["name"].astype(str).str.contains(_LAUNCHES).sum())
+    gpus = [p for p in (metadata.get("deviceProperties") or []) if isinstance(p, dict)]
+    if warnings and (launches or gpus):  # the reader salvaged a damaged file
+        what = f"{launches:,} kernel launches are recorded but none of their kernels" if launches else \
+            f"its deviceProperties list {len(gpus)} GPU{'s' if len(gpus) != 1 else ''} but no GPU activity was recovered"
+        raise TraceError(
+            f"{path}: the file is cut or damaged before its GPU activity: {what} (Kineto writes the device "
+            "events after the host's); copy the whole file again or re-export it"
+        )
+    if launches:
+        warnings.append(f"{path.name}: {launches:,} kernel launches are recorded but no GPU activity (CUPTI "
+                        "recorded no device events): only the host side is analysed, against CPU ceilings")
 
 
 def _align_graph_replays(path: Path, tables: EventTables, stats: LinkStats,
