@@ -442,6 +442,17 @@ class CompiledFacts(Record):
 
 
 @dataclass(frozen=True)
+class UnaddressedTime(Record):
+    """A large class of the window's time that the findings leave mostly unclaimed, and why
+    (:mod:`bwdiag.diagnose.unaddressed`)."""
+
+    bound: str  # a TIME_KEYS class
+    us: float  # what the findings leave of it, over the window (mean per rank)
+    pct: float  # of the window
+    why: str
+
+
+@dataclass(frozen=True)
 class AppliedFinding(Record):
     """One finding as the what-if applied it."""
 
@@ -475,6 +486,8 @@ class WhatIf(Record):
     #: steps unprofiled and the profiler's cost was taken out of the host side first (the graph's
     #: ``profiler_baseline``); savings and the projection are measured against it
     graph_base_us: float | None = None
+    #: per time class, what the top findings leave unclaimed (the subtraction's per-class caps)
+    unclaimed_us: dict[str, float] = field(default_factory=dict)
 
     # -- the projection every view shows (:func:`shown`: the graph's where it has one) --
 
@@ -527,6 +540,8 @@ class Diagnosis(Record):
     straggler: Straggler | None = None
     compiled: CompiledFacts | None = None
     whatif: WhatIf | None = None  # None without findings
+    #: large classes of time no finding addresses, each with why (``diagnose.unaddressed``)
+    unaddressed: tuple[UnaddressedTime, ...] = ()
     schema: str = SCHEMA
 
     # -- derived views: each fact is stored once ----------------------------------------------
@@ -579,7 +594,7 @@ class Diagnosis(Record):
     def sections_dict(self) -> dict[str, Any]:
         """The timeline and what-if sections as diagnosis.json writes them (``None`` / ``[]`` when
         absent), in the page's order: ``idle``, ``launch``, ``idle_by_rank``, ``launch_by_rank``,
-        ``comm_fits``, ``comm_fit``, ``straggler``, ``compiled``, ``projected_us``, ``whatif``."""
+        ``comm_fits``, ``comm_fit``, ``straggler``, ``compiled``, ``projected_us``, ``whatif``, ``unaddressed``."""
         idle, launch, fit = self.idle, self.launch, self.comm_fit
         gaps = {i.rank: i.host_wait_us for i in self.idle_by_rank}
         return {
@@ -594,6 +609,7 @@ class Diagnosis(Record):
             "compiled": self.compiled.to_dict() if self.compiled is not None else None,
             "projected_us": self.projected_us,
             "whatif": self.whatif.to_dict() if self.whatif is not None else None,
+            "unaddressed": plain(self.unaddressed),
         }
 
     @classmethod

@@ -33,7 +33,7 @@ from bwdiag.diagnose.digest import RankDigest, RankFinding, spec_key
 from bwdiag.diagnose.findings import add_findings, ranked
 from bwdiag.diagnose.findings.base import RuleContext, RuleResult, with_findings
 from bwdiag.diagnose.findings.whatif import PROJECTED_FINDINGS
-from bwdiag.diagnose.model import AppliedFinding, Diagnosis, Finding, WhatIf
+from bwdiag.diagnose.model import TIME_KEYS, AppliedFinding, Diagnosis, Finding, WhatIf
 from bwdiag.errors import TraceError
 from bwdiag.trace.load import RankTrace, assign_ranks
 from bwdiag.trace.windows import one_window_per_process, process_key
@@ -189,12 +189,24 @@ def merge_whatif(diagnosis: Diagnosis, findings: Sequence[Finding], members: Seq
         applied.append(AppliedFinding(f.kind, f.title, float(f.est_saving_us), take,
                                       bool(take < f.est_saving_us - 1e-6), graph_take))
     projected = float(max(0.0, total - saved))
-    out = WhatIf(tuple(applied), total, float(saved), projected, float(total / projected) if projected > 0 else None)
+    # per class, what the findings leave: each rank's own what-if (a rank without one leaves all its time)
+    unclaimed = {k: sum(_unclaimed(d).get(k, 0.0) for d in digests) / n for k in TIME_KEYS}
+    out = WhatIf(tuple(applied), total, float(saved), projected, float(total / projected) if projected > 0 else None,
+                 unclaimed_us=unclaimed)
     if not with_graph:
         return out
     graph_projected = float(max(0.0, total - graph_saved))
     return dataclasses.replace(out, graph_projected_us=graph_projected, graph_saved_us=float(graph_saved),
                                graph_speedup=float(total / graph_projected) if graph_projected > 0 else None)
+
+
+def _unclaimed(digest) -> dict[str, float]:
+    """Per time class, what a rank's findings leave unclaimed: its what-if's, else all of its time."""
+    w = digest.whatif
+    if w is not None and w.unclaimed_us:
+        return w.unclaimed_us
+    rank_time = getattr(digest, "time", None)
+    return dict(getattr(rank_time, "by_bound", None) or {})
 
 
 def _merged_results(findings, members, maps, n: int) -> list[RuleResult]:

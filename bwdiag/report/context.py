@@ -15,7 +15,7 @@ from bwdiag.report import many_ranks
 from bwdiag.report.display import display_tree, humanize
 from bwdiag.report.roofline import build_roofline, byte_only, plottable
 from bwdiag.report.values import bound_of, jsonable, num
-from bwdiag.report.verdict import (VERDICT_FINDINGS, build_verdict, models_note, projected_time, ranked_findings,
+from bwdiag.report.verdict import (TIME_LABELS, VERDICT_FINDINGS, build_verdict, models_note, projected_time, ranked_findings,
                                    saving_shown)
 
 __all__ = ["build_context", "kernel_records", "projected_time", "VERDICT_FINDINGS", "KERNEL_COLUMNS"]
@@ -75,6 +75,8 @@ def build_context(diagnosis: Diagnosis) -> dict:
             "bounds": [b.value for b in Bound if any(bound_of(k) == b.value for k in kernels)],
         },
         "findings": _findings(diagnosis, kernels),
+        "unaddressed": [{"bound": u.bound, "label": TIME_LABELS.get(u.bound, u.bound).lower(), "us": u.us,
+                         "pct": u.pct, "why": u.why} for u in diagnosis.unaddressed],
         "whatif": _whatif(diagnosis),
         "communication": _communication(diagnosis, folded),
         "ranks": [] if folded else _ranks(diagnosis),

@@ -164,6 +164,8 @@ def print_summary(
             console.print(proj)
     else:
         console.print(Text("No findings: nothing bwdiag knows how to fix stands out.", style="dim"))
+    for u in ctx.get("unaddressed") or ():
+        console.print(Text(f"Not addressed: {u['label']} {fmt_pct(u['pct'])} of the time — {u['why']}", style="yellow"))
 
     records = top_kernel_rows(diagnosis, TOP_KERNELS)
     if records:

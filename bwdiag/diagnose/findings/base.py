@@ -22,6 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from bwdiag.diagnose.findings.helpers import fmt_time
+from bwdiag.diagnose.unaddressed import unaddressed
 from bwdiag.diagnose.model import CommFit, Diagnosis, Finding, FindingKind, IdleBreakdown, LaunchStats, WhatIf
 from bwdiag.diagnose.names import name_matches
 
@@ -71,7 +72,8 @@ class RuleResult:
 
 def with_findings(diagnosis: Diagnosis, findings: Sequence[Finding], projection: WhatIf | None) -> Diagnosis:
     """The diagnosis with its findings and, when there are any, the what-if projection."""
-    return dataclasses.replace(diagnosis, findings=tuple(findings), whatif=projection)
+    done = dataclasses.replace(diagnosis, findings=tuple(findings), whatif=projection)
+    return dataclasses.replace(done, unaddressed=unaddressed(done, projection.unclaimed_us if projection else None))
 
 
 # -- the context ----------------------------------------------------------------------------------

@@ -75,7 +75,8 @@ def project(ctx: RuleContext, results: Sequence[RuleResult]) -> WhatIf:
                                       bool(take < f.est_saving_us - 1e-6)))
     projected = float(max(0.0, total - saved))
     return WhatIf(tuple(applied), total, float(saved), projected,
-                  float(total / projected) if projected > 0 else None)
+                  float(total / projected) if projected > 0 else None,
+                  unclaimed_us={k: float(v) for k, v in left.items()})
 
 
 def _by_class(ctx: RuleContext, result: RuleResult, claimed: dict[int, set[int]]) -> dict[str, float]:
