@@ -121,11 +121,25 @@ def test_unmodified_8_step_script_under_the_default_schedule(tmp_path: Path) -> 
     assert t["step_us"] == pytest.approx(measured[7], rel=0.10)
 
 
-def test_unprofiled_steps_before_the_window_match_the_scripts_own_timing(tmp_path: Path) -> None:
-    # Steps 0-3 run with no profiler; bwdiag's clock times steps 1-3 (boundary to boundary).
-    proc, measured = _run(tmp_path, 8, -1, "--wait", "4", "--warmup", "1", "--active", "2")
+def test_unprofiled_steps_match_the_scripts_own_timing(tmp_path: Path) -> None:
+    # Steps 0-3 run with no profiler (timed 1-3, in the trace), 4 warms it up, 5-6 are recorded, and
+    # 7-10 run after the window (each ends in an optimizer step: all four timed, beside the trace in
+    # rank0.clock.json): the steady ones win.
+    proc, measured = _run(tmp_path, 11, -1, "--wait", "4", "--warmup", "1", "--active", "2")
     assert proc.returncode == 0, proc.stderr
-    t = _diagnosis(tmp_path / "out" / "diagnosis.json")["time"]
-    assert t["unprofiled_step_ids"] == [1, 2, 3] and t["unprofiled_clock"] == "host"
+    out = tmp_path / "out"
+    t = _diagnosis(out / "diagnosis.json")["time"]
+    after = json.loads((out / "rank0.clock.json").read_text())["after_window"]
+    assert after["ids"] == [7, 8, 9, 10] and after["device_us"] is None  # a CPU run: no CUDA events
+    assert t["unprofiled_step_ids"] == [7, 8, 9, 10] and t["unprofiled_clock"] == "host"
+    assert t["unprofiled_step_us"] == pytest.approx(_median(measured, [7, 8, 9, 10]), rel=0.10)
+    assert "Unprofiled" in proc.stderr and "without the profiler" in proc.stderr
+    # Without the clock file (a trace copied alone) the steps before the window stand in.
+    (out / "rank0.clock.json").unlink()
+    proc = subprocess.run([sys.executable, "-m", "bwdiag", "analyze", str(out), "-o", str(tmp_path / "again")],
+                          cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    t = _diagnosis(tmp_path / "again" / "diagnosis.json")["time"]
+    assert t["unprofiled_step_ids"] == [1, 2, 3]
     assert t["unprofiled_step_us"] == pytest.approx(_median(measured, [1, 2, 3]), rel=0.10)
-    assert "Unprofiled" in proc.stderr and "before the profiler started" in proc.stderr

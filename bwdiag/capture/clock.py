@@ -13,7 +13,10 @@ complete is never waited on: the device times are then left out) and written int
     {"ids": [1, 2, 3, 4], "host_us": [...], "device_us": [...] or null}
 
 Step ``k``'s time is from its boundary to the next one; step 0 has no starting boundary and is not
-timed. The analysis reads the last few (:func:`bwdiag.diagnose.steps.unprofiled_step`).
+timed. The same clock runs for ``AFTER_WINDOW_STEPS`` steps after the window (the profiler stopped,
+the run past its warm-up and any DataLoader prefetch), written at the end of the run beside the trace
+as ``rank<k>.clock.json`` (``{"after_window": {...}}``); the analysis prefers those steady steps and
+falls back on the last few before the window (:func:`bwdiag.diagnose.steps.unprofiled_step`).
 """
 
 from __future__ import annotations
@@ -46,17 +49,26 @@ class StepClock:
         event.record()
         return event
 
-    def record(self) -> dict[str, Any] | None:
-        """The timed steps (see the module docstring), or None with fewer than two boundaries."""
+    @property
+    def ticks(self) -> int:
+        return len(self._ids)
+
+    def record(self, wait: bool = False) -> dict[str, Any] | None:
+        """The timed steps (see the module docstring), or None with fewer than two boundaries.
+        ``wait``: wait for the device to reach the last boundary (at the end of the run only)."""
         if len(self._ids) < 2:
             return None
         ids = self._ids[:-1]
         host = [(b - a) * 1e6 for a, b in zip(self._host, self._host[1:])]
-        device = self._device_us()
+        device = self._device_us(wait)
         return {"ids": ids, "host_us": host, "device_us": device}
 
-    def _device_us(self) -> list[float] | None:
+    def _device_us(self, wait: bool = False) -> list[float] | None:
         events = self._events
-        if any(e is None for e in events) or not all(e.query() for e in events):
-            return None  # CUDA started mid-way, or the device has not reached the last boundary
+        if any(e is None for e in events):
+            return None  # CUDA started mid-way
+        if wait:
+            events[-1].synchronize()
+        if not all(e.query() for e in events):
+            return None  # the device has not reached the last boundary: never waited on mid-run
         return [a.elapsed_time(b) * 1e3 for a, b in zip(events, events[1:])]

@@ -36,6 +36,19 @@ def rank_trace_name(rank: int) -> str:
     return f"rank{rank}.pt.trace.json.gz"
 
 
+def clock_file_name(rank: int) -> str:
+    """``rank<k>.clock.json``: the steps a rank timed after its window (``capture/clock.py``)."""
+    return f"rank{rank}.clock.json"
+
+
+def write_clock_file(out: Path, rank: int, record: dict[str, object]) -> None:
+    """Atomically write ``rank<k>.clock.json`` holding ``record``."""
+    final = out / clock_file_name(rank)
+    tmp = out / f".tmp-{os.getpid()}-{final.name}"
+    tmp.write_text(json.dumps(record), encoding="utf-8")
+    os.replace(tmp, final)
+
+
 def done_marker_name(rank: int) -> str:
     """``.rank<k>.done``: written by a rank after its trace (or after finding it had none)."""
     return f".rank{rank}.done"

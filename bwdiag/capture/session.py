@@ -23,6 +23,7 @@ from bwdiag.capture.annotate import ModuleAnnotator, compiled_graphs_present
 from bwdiag.capture.clock import StepClock
 from bwdiag.capture.folder import (
     rank_trace_name,
+    write_clock_file,
     say_line,
     temp_trace_path,
     write_done_marker,
@@ -32,6 +33,10 @@ from bwdiag.capture.metadata import capture_metadata, device_description, rank_a
 from bwdiag.capture.options import CaptureOptions, StepOn
 from bwdiag.capture.quiet import profiler_output_filtered
 
+
+#: Steps timed after the window (the unprofiled steady state: past compilation, allocator growth and a
+#: DataLoader's prefetched batches, which make the steps before the window faster than the run's).
+AFTER_WINDOW_STEPS = 10
 
 #: Kineto's switch for releasing CUPTI when the profiler stops (see ``CaptureSession._start``).
 CUDA_TEARDOWN_ENV = "TEARDOWN_CUPTI"
@@ -104,6 +109,7 @@ class CaptureSession:
         self._steps_in_trace = 0
         self._full_window_meta: dict[str, Any] | None = None
         self._clock: StepClock | None = None
+        self._after: StepClock | None = None  # the steps after the window (see _start_after_clock)
 
     # ------------------------------------------------------------------ lifecycle
     def attach(self, torch: ModuleType) -> None:
@@ -158,6 +164,7 @@ class CaptureSession:
         self._remove_hooks()
         if self.phase is not Phase.DISABLED:
             self.phase = Phase.DONE
+        self._guarded(self._write_after_clock)
         rank, world = rank_and_world()
         result = CaptureResult(rank, world, self.trace, self.steps_seen, self._steps_in_trace, self.note)
         write_done_marker(
@@ -176,7 +183,10 @@ class CaptureSession:
         return f"{n} step{'s' if n != 1 else ''}"
 
     def _boundary(self, n: int) -> None:
-        if self._busy or self.phase in (Phase.DONE, Phase.DISABLED):
+        if self._busy or self.phase is Phase.DISABLED:
+            return
+        if self.phase is Phase.DONE:
+            self._tick_after(n)
             return
         self._busy = True
         try:
@@ -263,7 +273,7 @@ class CaptureSession:
             with profiler_output_filtered():
                 self._prof.step()  # RECORD_AND_SAVE -> NONE: stop_trace, then _export
             self._close_profiler()
-            self._remove_hooks()
+            self._start_after_clock()
             self.phase = Phase.DONE
             first = opts.wait + opts.warmup
             where = f"trace {self.trace}" if self.trace else "no trace"
@@ -275,6 +285,34 @@ class CaptureSession:
             self.phase = Phase.RECORDING
         else:  # no Kineto transition: keep this per-step call as cheap as plain torch.profiler's
             self._prof.step()
+
+    def _start_after_clock(self) -> None:
+        """The window is over: module annotations go, and the step markers stay for
+        ``AFTER_WINDOW_STEPS`` more steps, timed (the unprofiled steady state; see ``capture/clock.py``)."""
+        if self._annotator is not None:
+            self._annotator.remove()
+            self._annotator = None
+        if self._torch is None or self._markers is None or AFTER_WINDOW_STEPS <= 0:
+            self._remove_hooks()
+            return
+        self._after = StepClock(self._torch)
+        self._after.tick(self.steps_seen)
+
+    def _tick_after(self, n: int) -> None:
+        if self._after is None:
+            return
+        for _ in range(n):
+            self.steps_seen += 1
+            self._after.tick(self.steps_seen)
+        if self._after.ticks > AFTER_WINDOW_STEPS:
+            self._remove_hooks()  # enough: the rest of the run pays nothing
+
+    def _write_after_clock(self) -> None:
+        """The steps timed after the window, beside the trace (``rank<k>.clock.json``)."""
+        record = self._after.record(wait=True) if self._after is not None else None
+        if record is not None:
+            rank, _ = rank_and_world()
+            write_clock_file(self.out_dir, rank, {"after_window": record})
 
     def _add_metadata(self, steps: int, note: str | None) -> None:
         meta = self._metadata(steps, note, with_modules=self._annotator is not None)

@@ -166,22 +166,34 @@ class UnprofiledSteps:
 
 
 def unprofiled_step(metadata: dict) -> UnprofiledSteps | None:
-    """The median of the last :data:`UNPROFILED_STEPS` steps a ``bwdiag`` capture timed before its
-    window, device clock when it has one; None when the trace holds none (another tool's trace,
-    ``--wait`` below 2, or a file written before bwdiag recorded them)."""
+    """The step with no profiler running, from a ``bwdiag`` capture's own clock: the median of the
+    steps it timed after its window (``rank<k>.clock.json``, read into ``metadata["bwdiag_clock"]``:
+    the steady state), else of the last :data:`UNPROFILED_STEPS` it timed before the window; the
+    device clock when it has one. None when there are none (another tool's trace, ``--wait`` below 2
+    and no clock file, or a file written before bwdiag timed them)."""
+    clock = (metadata or {}).get("bwdiag_clock")
+    after = clock.get("after_window") if isinstance(clock, dict) else None
+    found = _median_of(after, None) if isinstance(after, dict) else None
+    if found is not None:
+        return found
     meta = (metadata or {}).get("bwdiag")
     timed = meta.get("unprofiled_steps") if isinstance(meta, dict) else None
-    if not isinstance(timed, dict) or not isinstance(timed.get("ids"), list):
+    return _median_of(timed, UNPROFILED_STEPS) if isinstance(timed, dict) else None
+
+
+def _median_of(timed: dict, last: int | None) -> UnprofiledSteps | None:
+    """The median of ``timed``'s steps (its last ``last`` ones), device clock first."""
+    if not isinstance(timed.get("ids"), list):
         return None
-    ids = timed["ids"]
+    ids = timed["ids"] if last is None else timed["ids"][-last:]
     for clock in ("device", "host"):
         values = timed.get(f"{clock}_us")
-        if isinstance(values, list) and len(values) == len(ids) and ids:
+        if isinstance(values, list) and len(values) == len(timed["ids"]) and ids:
             try:
-                last = [float(v) for v in values[-UNPROFILED_STEPS:]]
-                last_ids = tuple(int(i) for i in ids[-UNPROFILED_STEPS:])
+                chosen = [float(v) for v in values[-len(ids):]]
+                chosen_ids = tuple(int(i) for i in ids)
             except (TypeError, ValueError):
                 return None
-            if all(np.isfinite(v) and v > 0 for v in last):
-                return UnprofiledSteps(float(np.median(last)), last_ids, clock)
+            if all(np.isfinite(v) and v > 0 for v in chosen):
+                return UnprofiledSteps(float(np.median(chosen)), chosen_ids, clock)
     return None

@@ -57,7 +57,7 @@ def unprofiled_line(doc: dict[str, Any]) -> str | None:
     if not u:
         return None
     pct = u["delta_pct"]
-    return (f"unprofiled step (the captures' own {u['clock']} clock, steps before the profiler started): "
+    return (f"unprofiled step (the captures' own {u['clock']} clock, steps run without the profiler): "
             f"{fmt_time(u['before_us'])} → {fmt_time(u['after_us'])} ({_signed(u['delta_us'])}, "
             f"{'+' if pct > 0 else '−' if pct < 0 else ''}{abs(pct):.1f}%)")
 

@@ -111,7 +111,7 @@ def print_summary(
     if v.get("unprofiled_step_us"):
         slower = v.get("profiler_slowdown")
         line = (f"Unprofiled {fmt_time(v['unprofiled_step_us'])} per step (steps {v['unprofiled_step_ids']} "
-                f"before the profiler started, {v['unprofiled_clock']} clock)")
+                f"without the profiler, {v['unprofiled_clock']} clock)")
         if slower and slower >= 1.1:
             line += f": the recorded steps ran {slower:.2f}× slower under the profiler"
         console.print(Text(line, style="yellow" if slower and slower >= 1.25 else "dim"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -132,6 +133,9 @@ def load_rank(path: Path, progress: Callable[[int, int], None] | None = None, jo
     stats = _align_graph_replays(path, tables, stats, graph_capture, warnings)
     _warn_unlinked(path, tables, warnings)
     rank = _rank_of(path, metadata, warnings)
+    clock = _clock_beside(path)
+    if clock is not None:
+        metadata = {**metadata, "bwdiag_clock": clock}
     capture = metadata.get("bwdiag")
     if isinstance(capture, dict) and isinstance(capture.get("note"), str):  # a short capture
         warnings.append(f"{path.name}: {capture['note']}")
@@ -175,6 +179,23 @@ def _refuse_unusable(path: Path, n_events: int, tables: EventTables) -> None:
         + (f" ({detail})" if detail else "")
         + "; pass a file written by torch.profiler's export_chrome_trace or tensorboard_trace_handler"
     )
+
+
+_BWDIAG_TRACE = re.compile(r"^(rank\d+)\.pt\.trace\.json(?:\.gz)?$")
+
+
+def _clock_beside(path) -> dict[str, Any] | None:
+    """The steps a bwdiag capture timed after its window (``rank<k>.clock.json`` beside its
+    ``rank<k>.pt.trace.json.gz``), or None (another tool's trace, a URL, an unreadable file: the
+    analysis then falls back on the steps timed before the window)."""
+    m = _BWDIAG_TRACE.match(getattr(path, "name", ""))
+    if not m or not isinstance(path, Path):
+        return None
+    try:
+        data = json.loads((path.parent / f"{m.group(1)}.clock.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 #: Runtime calls that launch device work: with none of their kernels in the trace, the device side is missing.

@@ -177,8 +177,12 @@ def source_size(path: Source) -> int:
     return path.stat().st_size
 
 
+#: Files bwdiag writes beside traces that are not traces: the steps a capture timed after its window.
+CLOCK_SUFFIX = ".clock.json"
+
+
 def _is_trace(name: str) -> bool:
-    return name.endswith(TRACE_SUFFIXES) and name != "diagnosis.json"
+    return name.endswith(TRACE_SUFFIXES) and name != "diagnosis.json" and not name.endswith(CLOCK_SUFFIX)
 
 
 def _matches(raw: str, missing: str) -> list[Source]:
