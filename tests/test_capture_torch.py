@@ -485,3 +485,20 @@ def test_cupti_is_released_when_the_profiler_stops_unless_the_user_says_otherwis
     assert not release_cupti_on_stop(fake(True), env) and env == {"TEARDOWN_CUPTI": "0"}
     env = {}
     assert not release_cupti_on_stop(fake(False), env) and env == {}  # CPU only: no CUPTI
+
+
+def test_profile_context_manager_times_the_steps_after_its_window(tmp_path: Path) -> None:
+    import time as _time
+
+    import bwdiag
+
+    # wait 1, record 2 (steps 1-2), then 5 steps of ~20 ms with no profiler: prof.step() keeps timing them.
+    prof = bwdiag.profile(out=tmp_path / "p", wait=1, warmup=0, active=2, analyze=True)
+    with prof:
+        for _ in range(8):
+            _time.sleep(0.02)
+            prof.step()
+    after = json.loads((tmp_path / "p" / "rank0.clock.json").read_text())["after_window"]
+    assert after["ids"] == [3, 4, 5, 6, 7]
+    assert all(18_000 <= us <= 200_000 for us in after["host_us"])  # ≈ 20 ms each (loaded host: ≤ 10×)
+    assert prof.diagnosis.raw.time.unprofiled_step_ids == (3, 4, 5, 6, 7)

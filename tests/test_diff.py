@@ -303,7 +303,7 @@ def test_run_with_a_baseline_prints_the_diff(sleep_runs, tmp_path):
     doc = json.loads((out / "diff.json").read_text())
     assert doc["step"]["verdict"] == "faster"  # one 50 ms sleep fewer per step
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
-        "diagnosis.json", "diff.html", "diff.json", "rank0.pt.trace.json.gz", "report.html"]
+        "diagnosis.json", "diff.html", "diff.json", "rank0.clock.json", "rank0.pt.trace.json.gz", "report.html"]
     missing = _cli("run", "--baseline", str(tmp_path / "nope"), "-o", str(tmp_path / "o2"), str(script), cwd=tmp_path)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "--baseline" in missing.stderr
     assert not (tmp_path / "o2").exists()

@@ -287,12 +287,13 @@ class CaptureSession:
             self._prof.step()
 
     def _start_after_clock(self) -> None:
-        """The window is over: module annotations go, and the step markers stay for
-        ``AFTER_WINDOW_STEPS`` more steps, timed (the unprofiled steady state; see ``capture/clock.py``)."""
+        """The window is over: module annotations go, and the step markers (or the ``prof.step()``
+        calls of ``bwdiag.profile``) are timed for ``AFTER_WINDOW_STEPS`` more steps (the unprofiled
+        steady state; see ``capture/clock.py``), after which the markers are removed."""
         if self._annotator is not None:
             self._annotator.remove()
             self._annotator = None
-        if self._torch is None or self._markers is None or AFTER_WINDOW_STEPS <= 0:
+        if self._torch is None or AFTER_WINDOW_STEPS <= 0:
             self._remove_hooks()
             return
         self._after = StepClock(self._torch)
