@@ -205,6 +205,9 @@ DDP = textwrap.dedent(
         opt.zero_grad()
     # one write of a whole line: both ranks share the pipe, and print() writes piece by piece
     sys.stdout.write(f"rank {dist.get_rank()} done\\n"); sys.stdout.flush()
+    # gloo aborts a rank whose peer has left: the window ends in the last step, and one rank's trace
+    # export can outlast the other's exit (seen once in a CI dry run, rank 0 SIGABRT)
+    dist.barrier()
     dist.destroy_process_group()
     """
 )

@@ -109,6 +109,7 @@ GLOO_SCRIPT = textwrap.dedent(
         model(x).sum().backward()
         dist.all_reduce(buf)
         opt.step(); opt.zero_grad()
+    dist.barrier()  # gloo aborts a rank whose peer has left: no rank leaves while another exports its trace
     dist.destroy_process_group()
     """
 )

@@ -140,6 +140,7 @@ FSDP_SCRIPT = textwrap.dedent(
     with profile(activities=[ProfilerActivity.CPU]) as p:
         model(x).sum().backward()
     p.export_chrome_trace(f"{sys.argv[1]}_rank{dist.get_rank()}.json")
+    dist.barrier()  # gloo aborts a rank whose peer has left
     dist.destroy_process_group()
     """
 )
