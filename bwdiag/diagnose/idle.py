@@ -33,23 +33,42 @@ SYNC_CALLS = re.compile(
 DATA_LOADER = re.compile(r"DataLoader|_DataLoaderIter|dataloader", re.I)
 
 
-def idle_breakdown(trace: RankTrace, acts: pd.DataFrame) -> IdleBreakdown:
-    """The idle facts of one GPU rank (all times in µs)."""
-    gpu = acts[acts["kind"].isin(("kernel", "memcpy", "memset"))]
+def device_gaps(acts: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The device's idle gaps of one GPU rank (starts, ends) and, per gap, whether it is host wait:
+    the work that ends it was launched after the device went idle (the earliest launch among the
+    activities starting then)."""
+    gpu = acts[acts["kind"].isin(("kernel", "memcpy", "memset"))] if len(acts) else acts
     if gpu.empty:
-        return IdleBreakdown(0.0, 0.0, 0.0, 0, rank=trace.rank)
+        empty = np.zeros(0)
+        return empty, empty, np.zeros(0, dtype=bool)
     ts, end = gpu["ts"].to_numpy(float), gpu["end"].to_numpy(float)
     run_s, run_e = merged_runs(ts, end)
     gap_s, gap_e = run_e[:-1], run_s[1:]
     keep = gap_e > gap_s
     gap_s, gap_e = gap_s[keep], gap_e[keep]
-    gap = gap_e - gap_s
-
-    # The launch time of the work that ends each gap (earliest launch among activities starting then).
-    launch = gpu["launch_ts"].to_numpy(float)
-    first_at = pd.Series(launch).groupby(ts).min()
+    first_at = pd.Series(gpu["launch_ts"].to_numpy(float)).groupby(ts).min()
     next_launch = first_at.reindex(gap_e).to_numpy(float)
-    host_wait = np.nan_to_num(next_launch, nan=-np.inf) > gap_s
+    return gap_s, gap_e, np.nan_to_num(next_launch, nan=-np.inf) > gap_s
+
+
+def sync_ended_in(starts: np.ndarray, ends: np.ndarray, runtime: pd.DataFrame | None) -> np.ndarray:
+    """Per interval, whether a synchronising runtime call (``SYNC_CALLS``) returned inside it."""
+    if runtime is None or not len(runtime) or not len(starts):
+        return np.zeros(len(starts), dtype=bool)
+    sync_end = np.sort(runtime.loc[name_matches(runtime["name"], SYNC_CALLS), "end"].to_numpy(float))
+    if not len(sync_end):
+        return np.zeros(len(starts), dtype=bool)
+    k = np.searchsorted(sync_end, starts, side="left")
+    return (k < len(sync_end)) & (sync_end[np.minimum(k, len(sync_end) - 1)] <= ends)
+
+
+def idle_breakdown(trace: RankTrace, acts: pd.DataFrame) -> IdleBreakdown:
+    """The idle facts of one GPU rank (all times in µs)."""
+    gpu = acts[acts["kind"].isin(("kernel", "memcpy", "memset"))]
+    if gpu.empty:
+        return IdleBreakdown(0.0, 0.0, 0.0, 0, rank=trace.rank)
+    gap_s, gap_e, host_wait = device_gaps(acts)
+    gap = gap_e - gap_s
     kernel_wait = ~host_wait & (gap < KERNEL_WAIT_US)
     other = ~host_wait & ~kernel_wait
 
@@ -64,9 +83,7 @@ def idle_breakdown(trace: RankTrace, acts: pd.DataFrame) -> IdleBreakdown:
     if len(syncs) and host_wait.any():
         # A host-wait gap is caused by a sync when a sync call returned inside it.
         hs, he = gap_s[host_wait], gap_e[host_wait]
-        sync_end = np.sort(syncs["end"].to_numpy(float))
-        k = np.searchsorted(sync_end, hs, side="left")
-        ended_inside = (k < len(sync_end)) & (sync_end[np.minimum(k, len(sync_end) - 1)] <= he)
+        ended_inside = sync_ended_in(hs, he, rt)
         sync_us = float((he - hs)[ended_inside].sum())
         if runs is not None and ended_inside.any():
             # The same wait seen from both sides: syncs the DataLoader's __next__ made (pageable

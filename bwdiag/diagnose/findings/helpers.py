@@ -17,6 +17,7 @@ import pandas as pd
 
 from bwdiag.costs.dtypes import dtype_bytes
 from bwdiag.diagnose.idle import DATA_LOADER as _DATA_LOADER
+from bwdiag.diagnose.idle import device_gaps, sync_ended_in
 from bwdiag.diagnose.timeline import covered_within, merged_runs
 from bwdiag.units import fmt_bandwidth, fmt_bytes, fmt_flops, fmt_time  # noqa: F401  (re-exported to the rules)
 
@@ -270,22 +271,12 @@ def slow_host_ops(a) -> list[SlowHostOp]:
 
 def _slow_host_ops(a) -> list[SlowHostOp]:
     acts, ops = a.activities, a.trace.ops
-    gpu = acts[acts["kind"].isin(("kernel", "memcpy", "memset"))] if len(acts) else acts
-    if gpu.empty or ops.empty:
+    if ops.empty:
         return []
-    run_s, run_e = merged_runs(gpu["ts"].to_numpy(float), gpu["end"].to_numpy(float))
-    gap_s, gap_e = run_e[:-1], run_s[1:]
-    first_launch = pd.Series(gpu["launch_ts"].to_numpy(float)).groupby(gpu["ts"].to_numpy(float)).min()
-    waits = np.nan_to_num(first_launch.reindex(gap_e).to_numpy(float), nan=-np.inf) > gap_s
-    gap_s, gap_e = gap_s[waits & (gap_e > gap_s)], gap_e[waits & (gap_e > gap_s)]
-    rt = getattr(getattr(a.trace, "tables", None), "runtime", None)
-    if len(gap_s) and rt is not None and len(rt):
-        from bwdiag.diagnose.idle import SYNC_CALLS  # the sync rule's calls
-        sync_end = np.sort(rt.loc[rt["name"].astype(str).str.contains(SYNC_CALLS), "end"].to_numpy(float))
-        k = np.searchsorted(sync_end, gap_s, side="left")
-        synced = (k < len(sync_end)) & (sync_end[np.minimum(k, max(len(sync_end) - 1, 0))] <= gap_e) \
-            if len(sync_end) else np.zeros(len(gap_s), dtype=bool)
-        gap_s, gap_e = gap_s[~synced], gap_e[~synced]
+    gap_s, gap_e, waits = device_gaps(acts)
+    gap_s, gap_e = gap_s[waits], gap_e[waits]
+    synced = sync_ended_in(gap_s, gap_e, getattr(getattr(a.trace, "tables", None), "runtime", None))
+    gap_s, gap_e = gap_s[~synced], gap_e[~synced]
     if not len(gap_s):
         return []
     names = op_column(ops, "name").astype(str)
