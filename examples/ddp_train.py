@@ -53,7 +53,7 @@ def main() -> None:
         opt.zero_grad(set_to_none=True)
     if rank == 0:
         print(f"rank 0 of {world}: {args.steps} steps, loss {loss.item():.3f}")
-    dist.barrier()  # no rank tears gloo down while another still works (gloo aborts a rank whose peer left)
+    dist.barrier()  # no rank tears gloo down while another still works or still writes its trace
     dist.destroy_process_group()
 
 

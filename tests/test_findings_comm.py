@@ -7,7 +7,7 @@ import dataclasses
 import gzip
 import json
 import os
-import subprocess
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -17,6 +17,7 @@ import pytest
 
 from bwdiag.diagnose.findings import comm_volume
 from bwdiag.diagnose.model import CollectiveRow
+from tests.gloo_ranks import run_ranks
 from tests.rule_context import context, kernel, op, rank
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,7 +110,7 @@ GLOO_SCRIPT = textwrap.dedent(
         model(x).sum().backward()
         dist.all_reduce(buf)
         opt.step(); opt.zero_grad()
-    dist.barrier()  # gloo aborts a rank whose peer has left: no rank leaves while another exports its trace
+    dist.barrier()  # no rank tears gloo down while the other still exports its trace
     dist.destroy_process_group()
     """
 )
@@ -120,9 +121,10 @@ def gloo_run(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("gloo_comm")
     (tmp / "ddp_allreduce.py").write_text(GLOO_SCRIPT)
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run([sys.executable, "-m", "bwdiag", "run", "--nproc-per-node", "2", "--wait", "1",
-                           "--warmup", "1", "--active", "4", "-o", "out", "ddp_allreduce.py"],
-                          cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
+    done = run_ranks([sys.executable, "-m", "bwdiag", "run", "--nproc-per-node", "2", "--wait", "1",
+                      "--warmup", "1", "--active", "4", "-o", "out", "ddp_allreduce.py"],
+                     before_retry=lambda: shutil.rmtree(tmp / "out", ignore_errors=True),
+                     cwd=tmp, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     return tmp / "out"
 

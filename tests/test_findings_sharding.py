@@ -4,7 +4,6 @@ time — on a hand-built FSDP rank, and none on the shared traces whose all-gath
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from bwdiag.diagnose.findings.sharding import fsdp_sharding
 from tests.conftest import shared_trace
 from tests.findings_helpers import analysed
+from tests.gloo_ranks import run_ranks
 from tests.rule_context import context, kernel, op, rank
 
 MiB = 1 << 20
@@ -140,7 +140,7 @@ FSDP_SCRIPT = textwrap.dedent(
     with profile(activities=[ProfilerActivity.CPU]) as p:
         model(x).sum().backward()
     p.export_chrome_trace(f"{sys.argv[1]}_rank{dist.get_rank()}.json")
-    dist.barrier()  # gloo aborts a rank whose peer has left
+    dist.barrier()  # no rank tears gloo down while the other still exports its trace
     dist.destroy_process_group()
     """
 )
@@ -151,9 +151,8 @@ def fsdp_traces(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("fsdp")
     (tmp / "fsdp.py").write_text(FSDP_SCRIPT)
     for strategy in ("FULL_SHARD", "SHARD_GRAD_OP"):
-        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                               "--nproc-per-node", "2", "fsdp.py", strategy],
-                              cwd=tmp, capture_output=True, text=True, timeout=300)
+        done = run_ranks([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                          "--nproc-per-node", "2", "fsdp.py", strategy], cwd=tmp, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
     return tmp
 
