@@ -11,6 +11,7 @@ import gzip
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -138,7 +139,10 @@ def test_removing_one_of_two_sleeps_is_beyond_the_noise(sleep_runs, tmp_path):
     assert -55_000 <= s["delta_us"] <= -45_000, s
     assert s["beyond_noise"] and s["verdict"] == "faster"
     assert doc["gate"]["failed"] is False
-    assert doc["warnings"] == []
+    # Nothing unfair, unless a loaded test host made one of the runs a busy-host recording.
+    busy = [side for side in ("before", "after") if _oversubscribed(doc["runs"][side]["host_load"])]
+    assert [w for w in doc["warnings"] if not w.startswith("busy host: ")] == []
+    assert len(doc["warnings"]) == (1 if busy else 0), doc["warnings"]
     # The same two runs the other way round: slower by ~50 ms, beyond noise + 1 %: the gate fails.
     back = _cli("diff", str(after), str(before), "-o", str(tmp_path / "back"), "--fail-if-slower", "1")
     assert back.returncode == 1, back.stderr
@@ -158,6 +162,47 @@ def test_other_devices_warn(tmp_path):
     assert doc["runs"]["after"]["device"].startswith("A100")
     assert any(w.startswith("other device: BEFORE ran on H100") for w in doc["warnings"]), doc["warnings"]
     assert "warning: other device" in result.stdout
+
+
+def _oversubscribed(load) -> bool:
+    # Worked out here, not imported: more than one runnable process beyond the cores.
+    return load is not None and load["load1"] > load["cores"] + 1.0
+
+
+def test_a_busy_host_on_one_side_warns(sleep_runs, tmp_path):
+    # The recorded load average of each run (the trace's bwdiag.host_load) reaches diagnosis.json ...
+    before, after = sleep_runs[2], sleep_runs[1]
+    for run in (before, after):
+        with gzip.open(run / "rank0.pt.trace.json.gz", "rt") as fh:
+            recorded = json.load(fh)["bwdiag"]["host_load"]
+        trace_host = json.loads((run / "diagnosis.json").read_text())["device"]["trace_host"]
+        assert trace_host["load1"] == recorded["load1"] and trace_host["cores"] == recorded["cores"] == os.cpu_count()
+    # ... and diff says so when one side was recorded on an oversubscribed host: 2 cores, load 3.5.
+    busy = tmp_path / "busy"
+    shutil.copytree(after, busy)
+    doc = json.loads((busy / "diagnosis.json").read_text())
+    doc["device"]["trace_host"].update(load1=3.5, cores=2)
+    (busy / "diagnosis.json").write_text(json.dumps(doc))
+    quiet = tmp_path / "quiet"
+    shutil.copytree(before, quiet)
+    doc = json.loads((quiet / "diagnosis.json").read_text())
+    doc["device"]["trace_host"].update(load1=0.4, cores=2)
+    (quiet / "diagnosis.json").write_text(json.dumps(doc))
+    result = _cli("diff", str(quiet), str(busy), "-o", str(tmp_path / "d"))
+    assert result.returncode == 0, result.stderr
+    d = _doc(tmp_path / "d")
+    assert d["runs"]["before"]["host_load"] == {"load1": 0.4, "cores": 2}
+    assert d["runs"]["after"]["host_load"] == {"load1": 3.5, "cores": 2}
+    assert d["warnings"] == ["busy host: AFTER with a load average of 3.5 on 2 cores was recorded while the host "
+                             "was oversubscribed; its op and step times include waiting for a CPU, so part of the "
+                             "change may be the host's, not the code's"]
+    assert "warning: busy host: AFTER" in result.stdout
+    # At 3.0 on 2 cores (one runnable process beyond the cores, not more) nothing is said.
+    doc["device"]["trace_host"].update(load1=3.0)
+    (quiet / "diagnosis.json").write_text(json.dumps(doc))
+    (busy / "diagnosis.json").write_text(json.dumps(doc))
+    result = _cli("diff", str(quiet), str(busy), "-o", str(tmp_path / "d2"))
+    assert result.returncode == 0 and _doc(tmp_path / "d2")["warnings"] == []
 
 
 # ---------------------------------------------------------------------------------- bad inputs

@@ -24,7 +24,7 @@ from bwdiag.diagnose.ranks import straggler
 from bwdiag.diagnose.steps import unprofiled_step
 from bwdiag.diagnose.records import mean_record
 from bwdiag.hardware import DeviceSpec, resolve_device
-from bwdiag.hardware.host import trace_host
+from bwdiag.hardware.host import oversubscribed, trace_host
 from bwdiag.hardware.spec import SpecSource
 
 
@@ -122,19 +122,21 @@ def _above_roof_warnings(digests: Sequence[RankDigest], spec: DeviceSpec) -> lis
     return out
 
 
-#: A recording host whose 1-minute load average exceeds its cores by this much was oversubscribed.
-BUSY_HOST_EXCESS = 1.0
-
-
-def _busy_host_warnings(digests: Sequence[RankDigest]) -> list[str]:
-    """One warning when a bwdiag capture recorded on an oversubscribed host (its ``host_load``)."""
+def busiest_host_load(digests: Sequence[RankDigest]) -> dict[str, Any] | None:
+    """The highest ``host_load`` (``{load1, cores}``) a bwdiag capture recorded among the ranks, or None."""
     worst = None
     for d in digests:
         load = ((d.metadata or {}).get("bwdiag") or {}).get("host_load")
         if isinstance(load, dict) and isinstance(load.get("load1"), (int, float)) and isinstance(load.get("cores"), int):
-            if load["load1"] > load["cores"] + BUSY_HOST_EXCESS and (worst is None or load["load1"] > worst["load1"]):
-                worst = load
-    if worst is None:
+            if worst is None or load["load1"] > worst["load1"]:
+                worst = {"load1": float(load["load1"]), "cores": load["cores"]}
+    return worst
+
+
+def _busy_host_warnings(digests: Sequence[RankDigest]) -> list[str]:
+    """One warning when a bwdiag capture recorded on an oversubscribed host (its ``host_load``)."""
+    worst = busiest_host_load(digests)
+    if not oversubscribed(worst):
         return []
     return [f"the host was oversubscribed while recording (load average {worst['load1']:.1f} on {worst['cores']} "
             "cores): op and step times include waiting for a CPU and vary from run to run; record again on a "
@@ -214,7 +216,11 @@ def _coverage(digests: Sequence[RankDigest]) -> Coverage:
 def _device_info(spec: DeviceSpec, digests: Sequence[RankDigest]) -> DeviceInfo:
     """The ``device`` block, with the host the (first) trace names and any accelerator kind."""
     host = trace_host(digests[0].metadata)
-    return dataclasses.replace(device_info(spec), trace_host=host.to_dict() if host.known else None,
+    facts = host.to_dict() if host.known else None
+    load = busiest_host_load(digests)
+    if facts is not None and load is not None:
+        facts["load1"] = load["load1"]  # the busiest rank's 1-minute load average as its window opened
+    return dataclasses.replace(device_info(spec), trace_host=facts,
                                accelerator=accelerator_of(d.accelerators for d in digests))
 
 

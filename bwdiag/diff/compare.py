@@ -33,6 +33,7 @@ from typing import Any, Iterable
 
 from bwdiag._version import __version__
 from bwdiag.diagnose.model import TIME_KEYS, Diagnosis, Finding, KernelRow
+from bwdiag.hardware.host import oversubscribed
 
 SCHEMA = "bwdiag/diff@1"
 
@@ -236,6 +237,15 @@ def _kernel_section(gb: dict, ga: dict) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------ the runs
 
 
+def _host_load(d: Diagnosis) -> dict[str, Any] | None:
+    """``{load1, cores}`` of the host as the capture window opened (bwdiag captures only), else None."""
+    host = d.device.trace_host or {}
+    load, cores = host.get("load1"), host.get("cores")
+    if isinstance(load, (int, float)) and isinstance(cores, int) and cores > 0:
+        return {"load1": float(load), "cores": cores}
+    return None
+
+
 def _world(d: Diagnosis) -> int:
     return len(set(d.source.ranks)) or 1
 
@@ -244,10 +254,17 @@ def _runs_section(before: Diagnosis, after: Diagnosis, kernels: dict) -> tuple[d
     def side(d: Diagnosis) -> dict[str, Any]:
         return {"device": d.device.name, "device_kind": d.device.kind, "spec_source": str(d.device.spec_source),
                 "trace_kind": str(d.source.trace_kind), "torch_version": d.source.torch_version,
-                "world_size": _world(d), "ranks": list(d.source.ranks), "steps": d.time.steps or 0}
+                "world_size": _world(d), "ranks": list(d.source.ranks), "steps": d.time.steps or 0,
+                "host_load": _host_load(d)}
 
     b, a = side(before), side(after)
     unfair, notes = [], []
+    busy = [(name, s["host_load"]) for name, s in (("BEFORE", b), ("AFTER", a)) if oversubscribed(s["host_load"])]
+    if busy:
+        said = " and ".join(f"{name} with a load average of {load['load1']:.1f} on {load['cores']} cores"
+                            for name, load in busy)
+        unfair.append(f"busy host: {said} was recorded while the host was oversubscribed; its op and step times "
+                      "include waiting for a CPU, so part of the change may be the host's, not the code's")
     if b["device"] != a["device"] or b["device_kind"] != a["device_kind"]:
         unfair.append(f"other device: BEFORE ran on {b['device']}, AFTER on {a['device']}; "
                       "the change mixes the code's and the hardware's")

@@ -47,6 +47,16 @@ class HostFacts:
         return ", ".join(parts) or "no host facts"
 
 
+#: A recording host whose 1-minute load average exceeds its cores by this much was oversubscribed.
+BUSY_HOST_EXCESS = 1.0
+
+
+def oversubscribed(load: Mapping[str, Any] | None) -> bool:
+    """``load`` (``{load1, cores}``, as a capture records it) says more runnable work than cores: the
+    recorded times include waiting for a CPU."""
+    return load is not None and load["load1"] > load["cores"] + BUSY_HOST_EXCESS
+
+
 def this_host() -> HostFacts:
     """The machine running bwdiag now."""
     record = host_record()
