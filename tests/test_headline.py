@@ -110,6 +110,31 @@ def test_html_ranks_by_the_graph_and_says_both_figures_where_they_differ():
     assert [r["capped"] for r in ctx["rows"]] == [False, False, True, False]
 
 
+def test_a_projection_from_the_unprofiled_step_never_counts_the_profiler_as_saved():
+    # The capture timed the steps unprofiled: the graph re-timed the 20 ms window to 12 ms with the
+    # profiler's cost taken out of the host side (graph_base_us), and the same 4.3 ms of fixes leave
+    # 7.7 ms. Per step (× 0.25): 3 ms unprofiled → 1.925 ms, 1.075 ms saved = 35.8 % — not the
+    # 5 − 1.925 = 3.075 ms (61.5 %) that counting from the recorded step would claim.
+    d = _graph_diagnosis()
+    d = dataclasses.replace(d, whatif=dataclasses.replace(d.whatif, graph_base_us=12000.0, graph_projected_us=7700.0,
+                                                          graph_speedup=12000.0 / 7700.0))
+    assert d.whatif.shown_saved_us == pytest.approx(4300.0)
+    ctx = build_context(d)["whatif"]
+    assert ctx["from_unprofiled"] is True
+    assert ctx["before_us"] == pytest.approx(3000.0) and ctx["after_us"] == pytest.approx(1925.0)
+    assert ctx["saved_us"] == pytest.approx(1075.0) and ctx["saved_pct"] == pytest.approx(100 * 4300 / 12000)
+    assert ctx["recorded_us"] == pytest.approx(5000.0)
+    page = render_html(d)
+    head = re.sub(r"<[^>]+>", "", re.search(r'id="whatif-head">(.*?)</p>', page, re.S).group(1))
+    assert head == (f"If you fix the top 4 findings: step without the profiler {fmt_time(3000.0)} → "
+                    f"{fmt_time(1925.0)} (1.56× faster)")
+    assert f"together the graph saves {fmt_time(1075.0)} (35.8% of the step without the profiler" in page
+    assert f"would give {fmt_time(3000.0)} from the recorded {fmt_time(5000.0)}." in page
+    # The verdict (terminal, summary) says the same from the same start.
+    v = build_context(d)["verdict"]
+    assert v["projected_base_step_us"] == pytest.approx(3000.0) and v["saving_pct"] == pytest.approx(35.83, abs=0.01)
+
+
 def test_terminal_and_summary_md_rank_by_the_graph():
     d = _graph_diagnosis()
     text = summary_text(d, width=160)

@@ -502,9 +502,18 @@ class WhatIf(Record):
         return float(shown(self.projected_us, self.graph_projected_us))
 
     @property
+    def shown_base_us(self) -> float:
+        """The window the shown projection starts from: the graph's baseline (the profiler's cost
+        taken out of the host side, :attr:`graph_base_us`) where it has one, else the analysed window."""
+        if self.model == "graph" and self.graph_base_us:
+            return float(self.graph_base_us)
+        return float(self.total_us)
+
+    @property
     def shown_saved_us(self) -> float:
-        """The window's saving shown (window less the projected window)."""
-        return float(self.total_us - self.shown_projected_us if self.model == "graph" else self.saved_us)
+        """The saving shown: the starting window (:attr:`shown_base_us`) less the projected window.
+        The profiler's own cost, which no fix removes, is never part of it."""
+        return float(self.shown_base_us - self.shown_projected_us if self.model == "graph" else self.saved_us)
 
     @property
     def shown_speedup(self) -> float | None:

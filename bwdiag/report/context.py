@@ -322,20 +322,23 @@ def _whatif(d: Diagnosis) -> dict | None:
             "cap_reason": reason,
         })
     per_step = bool(step)
-    saved = w.shown_saved_us
+    saved, base = w.shown_saved_us, w.shown_base_us
     return {
         "model": w.model,
         "n": len(w.findings),
         "of": len(d.findings),
         "per_step": per_step,
         "unit": "per step" if per_step else "over the window",
-        "before_us": step if per_step else w.total_us,
+        # from the unprofiled step where the graph took the profiler's cost out first (WhatIf.graph_base_us)
+        "from_unprofiled": base < w.total_us,
+        "before_us": base * scale,
         "after_us": w.shown_projected_us * scale,
         "saved_us": saved * scale,
-        "saved_pct": 100.0 * saved / w.total_us,
+        "saved_pct": 100.0 * saved / base if base > 0 else None,
         "speedup": w.shown_speedup,
         # the other model's projection, for the one line that names both
         "rule_after_us": num(w.projected_us) * scale,
+        "recorded_us": step if per_step else w.total_us,  # what the subtraction starts from
         "claimed_us": sum(r["saving_us"] for r in rows),
         "capped": sum(1 for r in rows if r["capped"]),
         "rows": rows,
