@@ -135,6 +135,36 @@ def test_a_projection_from_the_unprofiled_step_never_counts_the_profiler_as_save
     assert v["projected_base_step_us"] == pytest.approx(3000.0) and v["saving_pct"] == pytest.approx(35.83, abs=0.01)
 
 
+def test_a_cpu_projection_applies_the_recorded_shares_to_the_unprofiled_step():
+    # A CPU trace: the profiler slows the ops too, so there is no host-only baseline; the step the
+    # capture timed unprofiled (3 ms against the 5 ms recorded) gets the recorded shares: the graph
+    # saves 4.3 ms of the 20 ms window (21.5 %) → 3 ms × (1 − 0.215) = 2.355 ms.
+    d = _graph_diagnosis()
+    d = dataclasses.replace(d, source=dataclasses.replace(d.source, trace_kind="cpu"),
+                            time=dataclasses.replace(d.time, unprofiled_step_us=3000.0))
+    v = build_context(d)["verdict"]
+    assert v["projected_from"] == "shares" and v["projected_base_step_us"] == pytest.approx(3000.0)
+    assert v["projected_step_us"] == pytest.approx(2355.0) and v["saving_pct"] == pytest.approx(21.5)
+    text = summary_text(d, width=200)
+    assert (f"Projected after fixes: {fmt_time(2355.0)} per step  (−21.5%, 1.27× faster)  from the unprofiled "
+            f"{fmt_time(3000.0)}: the recorded step's shares applied to it") in text
+    w = build_context(d)["whatif"]
+    assert w["before_us"] == pytest.approx(5000.0) and w["after_us"] == pytest.approx(3925.0)
+    assert w["unprofiled_before_us"] == pytest.approx(3000.0) and w["unprofiled_after_us"] == pytest.approx(2355.0)
+    assert re.search(r'id="kpi-projected">' + re.escape(fmt_time(2355.0)), render_html(d))
+    # A GPU trace with the same unprofiled step but no baseline keeps the recorded step (its host
+    # side is what the graph baseline would take the profiler out of); a baseline that differs from the
+    # window only by a re-timing's rounding is no baseline: no "from the unprofiled" label.
+    g = _graph_diagnosis()
+    g = dataclasses.replace(g, time=dataclasses.replace(g.time, unprofiled_step_us=3000.0),
+                            whatif=dataclasses.replace(g.whatif, graph_base_us=20000.0 * (1 + 1e-12)))
+    v = build_context(g)["verdict"]
+    assert v["projected_from"] is None and v["projected_base_step_us"] is None
+    assert v["projected_step_us"] == pytest.approx(3925.0)
+    assert "from the unprofiled" not in summary_text(g, width=200)
+    assert build_context(g)["whatif"]["before_us"] == pytest.approx(5000.0)
+
+
 def test_terminal_and_summary_md_rank_by_the_graph():
     d = _graph_diagnosis()
     text = summary_text(d, width=160)

@@ -15,7 +15,7 @@ from bwdiag.report import many_ranks
 from bwdiag.report.display import display_tree, humanize
 from bwdiag.report.roofline import build_roofline, byte_only, plottable
 from bwdiag.report.values import bound_of, jsonable, num
-from bwdiag.report.verdict import (TIME_LABELS, VERDICT_FINDINGS, build_verdict, models_note, projected_time, ranked_findings,
+from bwdiag.report.verdict import (BASELINE_TOLERANCE, TIME_LABELS, VERDICT_FINDINGS, build_verdict, models_note, projected_time, ranked_findings,
                                    saving_shown)
 
 __all__ = ["build_context", "kernel_records", "projected_time", "VERDICT_FINDINGS", "KERNEL_COLUMNS"]
@@ -323,6 +323,10 @@ def _whatif(d: Diagnosis) -> dict | None:
         })
     per_step = bool(step)
     saved, base = w.shown_saved_us, w.shown_base_us
+    if base >= w.total_us * (1.0 - BASELINE_TOLERANCE):  # no profiler baseline (a re-timing's rounding)
+        base, saved = w.total_us, w.total_us - w.shown_projected_us if w.model == "graph" else saved
+    unprofiled = d.time.unprofiled_step_us
+    shares = bool(per_step and unprofiled and base == w.total_us and d.source.trace_kind == "cpu")
     return {
         "model": w.model,
         "n": len(w.findings),
@@ -339,6 +343,9 @@ def _whatif(d: Diagnosis) -> dict | None:
         # the other model's projection, for the one line that names both
         "rule_after_us": num(w.projected_us) * scale,
         "recorded_us": step if per_step else w.total_us,  # what the subtraction starts from
+        # a CPU trace: the recorded step's shares applied to the step timed without the profiler
+        "unprofiled_before_us": float(unprofiled) if shares else None,
+        "unprofiled_after_us": float(unprofiled) * w.shown_projected_us / w.total_us if shares else None,
         "claimed_us": sum(r["saving_us"] for r in rows),
         "capped": sum(1 for r in rows if r["capped"]),
         "rows": rows,

@@ -156,7 +156,10 @@ def print_summary(
             if v["speedup"]:
                 proj.append(f", {v['speedup']:.2f}× faster", style="green")
             proj.append(")", style="green")
-            if v.get("projected_base_step_us"):
+            if v.get("projected_from") == "shares":
+                proj.append(f"  from the unprofiled {fmt_time(v['projected_base_step_us'])}: the recorded step's "
+                            "shares applied to it", style="dim")
+            elif v.get("projected_base_step_us"):
                 proj.append(f"  from the unprofiled {fmt_time(v['projected_base_step_us'])}, re-timed on the "
                             "dependency graph", style="dim")
             elif v.get("projected_model") == "graph":

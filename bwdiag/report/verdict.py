@@ -94,14 +94,28 @@ def build_verdict(d: Diagnosis) -> dict:
     base = total
     if projected is not None and d.whatif.model == "graph" and d.whatif.graph_base_us:
         base = float(d.whatif.graph_base_us)
-    verdict["projected_base_step_us"] = step_us * base / total if step_us and total > 0 and base != total else None
+    from_baseline = total > 0 and base < total * (1.0 - BASELINE_TOLERANCE)  # not a re-timing's rounding
+    base = base if from_baseline else total
+    verdict["projected_base_step_us"] = step_us * base / total if step_us and from_baseline else None
+    verdict["projected_from"] = "profiler_baseline" if from_baseline else None
     if projected is not None and total > 0:
         verdict["saving_pct"] = 100.0 * (base - projected) / base
         verdict["speedup"] = base / projected if projected > 0 else None
         if step_us:
             verdict["projected_step_us"] = step_us * projected / total
+        unprofiled = d.time.unprofiled_step_us
+        if not from_baseline and step_us and unprofiled and d.source.trace_kind == "cpu":
+            # On a CPU trace the profiler slows the ops as well as the host between them: the
+            # recorded step's shares carry over to the script run without the profiler, its µs do not.
+            verdict["projected_base_step_us"] = float(unprofiled)
+            verdict["projected_step_us"] = float(unprofiled) * projected / total
+            verdict["projected_from"] = "shares"
     return verdict
 
+
+#: A graph baseline window within this relative distance of the analysed window is that window (the
+#: re-timing's rounding), not a baseline with the profiler's cost taken out.
+BASELINE_TOLERANCE = 1e-6
 
 #: A kernel group under this share of its roof is not limited by that roof: per-op overhead
 #: (dispatch, launch, shapes too small to fill the device) is, whatever class it is placed in.
