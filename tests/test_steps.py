@@ -123,6 +123,27 @@ def test_slow_steps_that_are_a_pattern_give_the_mean():
     assert s.statistic == "median" and s.median_us == 100.0 and s.abnormal == (5,)
 
 
+def test_slow_unprofiled_steps_that_are_a_pattern_give_the_mean():
+    from bwdiag.diagnose.steps import unprofiled_step
+
+    # The new-user DataLoader script's clock file (steps 10–19 after the window, ms): three slow steps of
+    # ten, under a third of them but 76 % of the time — a pattern: the mean, 11.92 ms, not the 4.53 ms median.
+    host = [4332.6, 2312.7, 2916.8, 3120.8, 29372.6, 4428.6, 31401.2, 4639.2, 29971.2, 6706.4]
+    u = unprofiled_step({"bwdiag_clock": {"after_window": {"ids": list(range(10, 20)), "host_us": host,
+                                                           "device_us": None}}})
+    assert u.statistic == "mean" and u.median_us == pytest.approx(sum(host) / 10)
+    # One slow step of ten, even a long one, stays an outlier; two slow ones under a third of the time too.
+    one = [1000.0] * 9 + [5000.0]
+    two = [1000.0] * 8 + [1600.0, 1600.0]
+    for values in (one, two):
+        u = unprofiled_step({"bwdiag_clock": {"after_window": {"ids": list(range(10, 20)), "host_us": values}}})
+        assert u.statistic == "median" and u.median_us == 1000.0
+    # The recorded steps follow the same rule: 2 of 7 slow (under a third) holding 78 % of the time → the mean.
+    s = step_spans(frame(steps("cpu", [1000.0, 1000.0, 9000.0, 1000.0, 9000.0, 1000.0, 1000.0])),
+                   trace_end_us=100_000.0)
+    assert s.statistic == "mean" and s.median_us == pytest.approx(23000.0 / 7)
+
+
 def test_an_oversubscribed_recording_host_is_named():
     from types import SimpleNamespace
 

@@ -166,7 +166,11 @@ class TimeBreakdown(Record):
     unprofiled_step_us: float | None = None
     unprofiled_step_ids: tuple[int, ...] = ()
     unprofiled_clock: str | None = None  # "device" (CUDA events) | "host" (perf_counter)
-    #: "median" of the complete steps, or "mean" when a third or more of them are over 1.5× the
+    #: "median" of the steps timed unprofiled, or "mean" when their slow steps are a pattern
+    #: (``steps.slow_steps_are_a_pattern``, as for the recorded steps)
+    unprofiled_statistic: str | None = None
+    #: "median" of the complete steps, or "mean" when the slow ones are a pattern (a third or more of
+    #: them, or two or more holding a third of the time, over 1.5× the
     #: median (a DataLoader falling behind every other step: a pattern, not outliers)
     step_statistic: str = "median"
 

@@ -102,7 +102,7 @@ def _scale(d: Diagnosis, per_step: bool) -> float:
 def _side_step(d: Diagnosis, per_step: bool) -> dict[str, Any]:
     t = d.time
     if not per_step:
-        return {"median_us": t.total_us, "min_us": t.total_us, "max_us": t.total_us, "spread_us": 0.0,
+        return {"median_us": t.total_us, "statistic": "window", "min_us": t.total_us, "max_us": t.total_us, "spread_us": 0.0,
                 "steps": t.steps or 0, "durations_us": [], "step_ids": [], "abnormal_steps": []}
     durations = [x for x in t.step_durations_us if x is not None]
     lo = min(durations) if durations else (t.step_min_us if t.step_min_us is not None else t.step_us)
@@ -113,7 +113,9 @@ def _side_step(d: Diagnosis, per_step: bool) -> dict[str, Any]:
     ordinary = [x for i, x in zip(t.step_ids, durations) if i not in abnormal] if len(t.step_ids) == len(durations) \
         else durations
     spread = (max(ordinary) - min(ordinary)) if ordinary else hi - lo
-    return {"median_us": t.step_us, "min_us": lo, "max_us": hi, "spread_us": spread,
+    # median_us: the step time as the diagnosis states it (``statistic``: the median, or the mean
+    # when slow steps are a pattern)
+    return {"median_us": t.step_us, "statistic": t.step_statistic, "min_us": lo, "max_us": hi, "spread_us": spread,
             "steps": t.steps or len(durations), "durations_us": durations, "step_ids": list(t.step_ids),
             "abnormal_steps": sorted(abnormal)}
 

@@ -85,7 +85,9 @@ def group_label(row: dict[str, Any]) -> str:
 def _step_rows(doc: dict) -> list[list[str]]:
     s = doc["step"]
     rows = []
-    for label, key in (("median", "median_us"), ("fastest", "min_us"), ("slowest", "max_us"), ("range", "spread_us")):
+    stats = {s["before"].get("statistic", "median"), s["after"].get("statistic", "median")}
+    step = stats.pop() if len(stats) == 1 else "median / mean"  # what each side's step time is
+    for label, key in ((step, "median_us"), ("fastest", "min_us"), ("slowest", "max_us"), ("range", "spread_us")):
         rows.append([label, fmt_time(s["before"][key]), fmt_time(s["after"][key])])
     rows.append(["complete steps", str(s["before"]["steps"]), str(s["after"]["steps"])])
     return rows

@@ -94,8 +94,8 @@ def print_summary(
             if v.get("step_min_us") is not None and v.get("step_max_us") is not None:
                 spread = f", {fmt_time(v['step_min_us'])}–{fmt_time(v['step_max_us'])}"
             if v.get("step_statistic") == "mean":
-                when.append(f" (mean of {v['steps']} complete steps{spread}: a third or more take over 1.5× "
-                            "the median, a pattern rather than outliers)", style="dim")
+                when.append(f" (mean of {v['steps']} complete steps{spread}: the steps over 1.5× the median "
+                            "are a pattern rather than outliers)", style="dim")
             else:
                 when.append(f" (median of {v['steps']} complete steps{spread})", style="dim")
         elif v["steps"]:
@@ -110,8 +110,9 @@ def print_summary(
     console.print(when)
     if v.get("unprofiled_step_us"):
         slower = v.get("profiler_slowdown")
-        line = (f"Unprofiled {fmt_time(v['unprofiled_step_us'])} per step (steps {v['unprofiled_step_ids']} "
-                f"without the profiler, {v['unprofiled_clock']} clock)")
+        mean = "the mean of " if v.get("unprofiled_statistic") == "mean" else ""
+        line = (f"Unprofiled {fmt_time(v['unprofiled_step_us'])} per step ({mean}steps {v['unprofiled_step_ids']} "
+                f"without the profiler, {v['unprofiled_clock']} clock{': slow steps are a pattern' if mean else ''})")
         if slower and slower >= 1.1:
             line += f": the recorded steps ran {slower:.2f}× slower under the profiler"
         console.print(Text(line, style="yellow" if slower and slower >= 1.25 else "dim"))

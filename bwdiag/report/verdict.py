@@ -40,7 +40,7 @@ def _unprofiled(d: Diagnosis) -> dict:
     if not plain:
         return {"unprofiled_step_us": None}
     return {"unprofiled_step_us": plain, "unprofiled_step_ids": id_ranges(d.time.unprofiled_step_ids),
-            "unprofiled_clock": d.time.unprofiled_clock,
+            "unprofiled_clock": d.time.unprofiled_clock, "unprofiled_statistic": d.time.unprofiled_statistic,
             "profiler_slowdown": d.time.step_us / plain if d.time.step_us else None}
 
 
