@@ -269,7 +269,9 @@ def test_reduce_merges_graph_savings_as_the_mean_over_ranks():
     # 2000 / graph 200 → mean rule 3000, graph 300. Y: only on rank 1, rule 2000 / graph 1800 →
     # mean rule 1000, graph 900. By the rule X ranks first; by the graph Y does.
     def f(title, est, graph):
-        return Finding("fusion", title, est, 100.0 * est / 20000.0, (), "fix", graph_saving_us=graph)
+        # each rank's own share, of its own graph window (here 16 ms): the merge must not keep it
+        return Finding("fusion", title, est, 100.0 * est / 20000.0, (), "fix", graph_saving_us=graph,
+                       graph_saving_pct=100.0 * graph / 16000.0)
 
     def digest(rank, found, graph_projected=1.0):
         rfs = tuple(RankFinding(x, 0.0, x.est_saving_us, x.graph_saving_us) for x in found)
@@ -282,6 +284,9 @@ def test_reduce_merges_graph_savings_as_the_mean_over_ranks():
     assert [m.title for m in merged] == ["Y", "X"]
     assert [(m.est_saving_us, m.graph_saving_us) for m in merged] == [(1000.0, 900.0), (3000.0, 300.0)]
     assert [m.graph_saving_per_step_us for m in merged] == [225.0, 75.0]
+    # shares of the job's 20 ms window, as the per-step figures and the merged what-if take them:
+    # 900 / 20000 = 4.5 %, 300 / 20000 = 1.5 % (225 and 75 µs of a 5 ms step)
+    assert [m.graph_saving_pct for m in merged] == [4.5, 1.5]
     w = merge_whatif(d, merged, members, digests)
     assert [a.title for a in w.findings] == ["Y", "X"]
     assert [a.graph_applied_us for a in w.findings] == [900.0, 300.0]

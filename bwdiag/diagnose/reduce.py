@@ -158,6 +158,8 @@ def merge_findings(diagnosis: Diagnosis, digests: Sequence[RankDigest]
             best, est_saving_us=saving, est_saving_pct=float(100.0 * saving / total) if total > 0 else 0.0,
             evidence=(*best.evidence, note),
             est_saving_per_step_us=saving * scale if scale is not None else None, graph_saving_us=graph,
+            # the share of the job's mean window, as the merged what-if takes it (not the best rank's own)
+            graph_saving_pct=float(100.0 * graph / total) if graph is not None and total > 0 else None,
             graph_saving_per_step_us=graph * scale if graph is not None and scale is not None else None), members))
     merged.sort(key=lambda fm: -fm[0].est_saving_us)
     merged = [merged[i] for i in ranked([f for f, _ in merged])]

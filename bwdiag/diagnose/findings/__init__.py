@@ -34,9 +34,12 @@ def add_findings(diagnosis: Diagnosis, analyses, results_out: list | None = None
     results.sort(key=lambda r: -r.finding.est_saving_us)
     alone = graph_alone(ctx, results) if results else None
     if alone is not None:
+        # the share of the window the projection starts from, as the what-if takes it (with_graph):
+        # with several ranks the graph's own window (first to last event of the job) is not the
+        # diagnosis' mean rank window, and a finding's share must be of the latter
+        base = alone.base_in(ctx.total_us)
         results = [dataclasses.replace(r, finding=dataclasses.replace(
-                       r.finding, graph_saving_us=g,
-                       graph_saving_pct=100.0 * g / alone.base_us if alone.base_us > 0 else None))
+                       r.finding, graph_saving_us=g, graph_saving_pct=100.0 * g / base if base > 0 else None))
                    for r, g in zip(results, alone.savings)]
     order = ranked([r.finding for r in results])
     results = [results[i] for i in order]

@@ -133,6 +133,12 @@ class GraphAlone:
     baseline: Change | None = None  # the profiler baseline (:func:`profiler_baseline`), when there is one
     trace_us: float | None = None  # the window the graph reproduces with nothing changed
 
+    def base_in(self, total_us: float) -> float:
+        """The starting window in the diagnosis' terms: ``total_us`` (mean per rank) scaled by the
+        baseline's share of the window the graph reproduces (1 without a profiler baseline)."""
+        trace = self.trace_us or self.base_us
+        return float(total_us * self.base_us / trace) if trace > 0 else float(total_us)
+
     def reordered(self, order: Sequence[int]) -> GraphAlone:
         """The same figures for the results taken in ``order`` (positions into the current order)."""
         return dataclasses.replace(self, changes=tuple(self.changes[i] for i in order),
