@@ -287,6 +287,36 @@ def test_findings_resolved_and_realised_on_the_groups_they_name(bert):
         1000 / launch.graph_saving_per_step_us)
 
 
+def test_a_chain_is_the_same_finding_when_compile_drops_its_module_names():
+    # With torch.compile in the script, bwdiag records no module annotations: the GPT-2 chains' titles lose
+    # their module paths but keep their chain of ops over the same shape (a new-user run called
+    # them "resolved" while AFTER still listed them).
+    from types import SimpleNamespace
+
+    from bwdiag.diagnose.model import Finding
+    from bwdiag.diff.compare import _match_finding
+
+    def fusion(title, chain):
+        return Finding("fusion", title, 1000.0, 1.0, (chain, "unfused CPU ops move 44.1 MB in 12 ms"), "fix")
+
+    ln = "a chain of 3 ops over f32[8, 128, 128] (×12 in the window, ≈4 per step): dropout → add → layer_norm"
+    act = ("a chain of 8 ops over f32[8, 128, 512] (×6 in the window, ≈2 per step): mul → pow → mul → add → mul → "
+           "tanh → add → mul")
+    before_ln = fusion("Fuse 3 ops in GPT2LMHeadModel.transformer.{h.*.ln_*, ln_f} (×12 in the window)", ln)
+    before_act = fusion("Fuse 8 ops in GPT2LMHeadModel.transformer.h.*.mlp.act (×6 in the window)", act)
+    after_ln = fusion("Fuse 3 ops (dropout → add → layer_norm) (×12 in the window)", ln)
+    after_act = fusion("Fuse 8 ops (mul → pow → mul → add → mul → tanh → add → mul) (×6 in the window)", act)
+    after = SimpleNamespace(findings=(after_act, after_ln))
+    assert _match_finding(before_ln, after) is after_ln and _match_finding(before_act, after) is after_act
+    # The one fusion finding left in AFTER is not taken for another chain ...
+    other = fusion("Fuse 2 ops (zero_ → _log_softmax_backward_data)",
+                   "a chain of 2 ops over f32[1024, 4096] (×3 in the window): zero_ → _log_softmax_backward_data")
+    assert _match_finding(before_ln, SimpleNamespace(findings=(other,))) is None
+    # ... but still stands in for a finding of its kind that names no chain.
+    plain = Finding("fusion", "Fuse the optimizer", 10.0, 1.0, ("no chain here",), "fix")
+    assert _match_finding(plain, SimpleNamespace(findings=(other,))) is other
+
+
 def test_groups_named_by_evidence():
     from bwdiag.diff.compare import _acts_on
 

@@ -311,12 +311,35 @@ def _graph_predicted(f: Finding, per_step: bool) -> float | None:
     return f.graph_saving_us
 
 
+#: A fusion finding's chain in its evidence: "a chain of 3 ops over f32[8, 128, 128] (…): dropout → add → layer_norm".
+_CHAIN = re.compile(r"chain of \d+ ops over (\S+?\[[^\]]*\]).*?: ([^:]+→[^:]+)$")
+
+
+def _chain_of(f: Finding) -> tuple[str, str] | None:
+    """(shape, ops) of the chain a fusion finding names, or None: the same chain keeps them when its
+    title changes (module names are gone once torch.compile runs: bwdiag skips module annotations)."""
+    for line in f.evidence:
+        m = _CHAIN.search(line)
+        if m:
+            return m.group(1), re.sub(r"\s+", " ", m.group(2)).strip()
+    return None
+
+
 def _match_finding(f: Finding, after: Diagnosis) -> Finding | None:
+    """BEFORE's finding ``f`` in AFTER: the same kind and title (numbers aside), else the same chain of
+    ops over the same shape, else the one finding of its kind — unless both name chains that differ."""
     same_kind = [g for g in after.findings if g.kind == f.kind]
     for g in same_kind:
         if _normal_title(g.title) == _normal_title(f.title):
             return g
-    return same_kind[0] if len(same_kind) == 1 else None
+    chain = _chain_of(f)
+    if chain is not None:
+        for g in same_kind:
+            if _chain_of(g) == chain:
+                return g
+    if len(same_kind) == 1 and not (chain is not None and _chain_of(same_kind[0]) not in (None, chain)):
+        return same_kind[0]
+    return None
 
 
 def _label(name: str) -> str:
