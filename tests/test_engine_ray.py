@@ -23,6 +23,7 @@ from bwdiag.diagnose.reduce import reduce
 from bwdiag.engine import ray_engine
 from bwdiag.engine.local import map_rank
 from tests.conftest import A100_NCCL, missing_input, shared_trace
+from tests.test_ceilings_host import real_record  # noqa: F401 - a fixture: a calibration file as calibrate writes it
 
 REPO = Path(__file__).resolve().parents[1]
 RANKS = 32
@@ -175,3 +176,15 @@ def test_engine_ray_without_ray_fails_in_one_line(monkeypatch, tmp_path, job32):
     assert 'pip install "bwdiag[ray]"' in res.output
     assert not (tmp_path / "out").exists()
 
+
+
+def test_ray_ranks_are_placed_against_the_drivers_calibration(local_ray, real_record, tmp_path, monkeypatch):
+    # The Ray workers started with another environment (another cache, on a cluster another node's):
+    # the calibration this analysis reads, in this test's private cache, must reach them too.
+    from tests.test_ceilings_host import BANDWIDTH, FP32, _cpu_trace_here, _write_calibration
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    _write_calibration(real_record, BANDWIDTH, FP32, "2026-01-02T03:04:05+00:00")
+    trace = _cpu_trace_here(tmp_path / "here.json")
+    local, on_ray = _same([trace])
+    assert str(on_ray.device.spec_source) == "calibrated" and on_ray.device.memory_bandwidth == BANDWIDTH

@@ -67,6 +67,9 @@ def _run(ray, files, device_spec, graph_capture, progress, max_in_flight, work):
         from bwdiag.trace.graphs import capture_files
 
         captures = capture_files(list(graph_capture))
+    from bwdiag.hardware.calibrate import readings_of_this_run
+
+    readings = readings_of_this_run()  # every rank placed against the driver's calibration, not its worker's
     task = ray.remote(num_cpus=1, max_retries=0)(_task)
     limit = max_in_flight or max(1, int(ray.cluster_resources().get("CPU", 1)))
     results: list = [None] * len(files)
@@ -76,7 +79,7 @@ def _run(ray, files, device_spec, graph_capture, progress, max_in_flight, work):
     while queue or pending:
         while queue and len(pending) < limit:
             i, path = queue.pop()
-            pending[task.remote(work, str(path), captures, device_spec, len(files))] = i
+            pending[task.remote(work, str(path), captures, device_spec, len(files), readings)] = i
         done, _ = ray.wait(list(pending), num_returns=1)
         for ref in done:
             i = pending.pop(ref)
@@ -87,8 +90,11 @@ def _run(ray, files, device_spec, graph_capture, progress, max_in_flight, work):
     return maps, [r for r in results if isinstance(r, Missing)]
 
 
-def _task(work, path: str, captures, device_spec, job_ranks: int):
-    return work(Path(path), captures=captures, device_spec=device_spec, job_ranks=job_ranks)
+def _task(work, path: str, captures, device_spec, job_ranks: int, readings=None):
+    from bwdiag.hardware.calibrate import given_readings
+
+    with given_readings(readings):
+        return work(Path(path), captures=captures, device_spec=device_spec, job_ranks=job_ranks)
 
 
 def _get(ray, ref, path: Path):

@@ -562,6 +562,24 @@ def one_reading():
         _RUN_READINGS.pop()
 
 
+def readings_of_this_run(devices: tuple[str, ...] = ("cpu",)) -> dict[str, "CalibrationSnapshot | None"]:
+    """The calibration of each of ``devices`` as this analysis reads it (:func:`run_calibration`), to
+    hand to workers that do not share this process's memory or files (Ray's: another node, or a
+    worker started with another environment, would read another cache)."""
+    return {device: run_calibration(device) for device in devices}
+
+
+@contextlib.contextmanager
+def given_readings(readings: dict[str, "CalibrationSnapshot | None"] | None):
+    """Within: :func:`run_calibration` returns ``readings`` (the driver's, :func:`readings_of_this_run`)
+    for the devices they hold, and reads the others once, as in :func:`one_reading`."""
+    _RUN_READINGS.append(dict(readings or {}))
+    try:
+        yield
+    finally:
+        _RUN_READINGS.pop()
+
+
 def run_calibration(device: str = "cpu") -> "CalibrationSnapshot | None":
     """:func:`read_calibration`, read once per :func:`one_reading` (every call outside one reads)."""
     if not _RUN_READINGS:
