@@ -64,7 +64,10 @@ def test_a_trace_with_itself_shows_no_change(tmp_path):
     assert doc["step"]["after"]["median_us"] == pytest.approx(gpu_step)
     assert doc["step"]["delta_us"] == 0 and not doc["step"]["beyond_noise"]
     assert doc["step"]["verdict"] == "no change"
-    assert doc["gate"] == {"fail_if_slower_pct": 1.0, "limit_us": pytest.approx(0.01 * gpu_step), "failed": False}
+    # another tool's trace: no unprofiled steps, the gate is on the recorded ones
+    assert doc["gate"] == {"fail_if_slower_pct": 1.0, "limit_us": pytest.approx(0.01 * gpu_step), "failed": False,
+                           "on": "recorded"}
+    assert doc["headline"]["source"] == "recorded" and doc["headline"]["verdict"] == "no change"
     assert doc["warnings"] == []
     groups = doc["kernels"]["groups"]
     assert groups and all(g["status"] == "matched" and g["delta_us"] == 0 for g in groups)
@@ -400,4 +403,16 @@ def test_diff_of_an_h200_fix_shows_both_unprofiled_steps(tmp_path):
     assert u["before_us"] == pytest.approx(unprofiled(before)) and u["after_us"] == pytest.approx(unprofiled(after))
     assert u["clock"] == "device" and u["delta_pct"] < -90
     assert "unprofiled step" in proc.stdout + proc.stderr
+    # Three steps each, timed without the profiler: the verdict and the gate compare those, with their
+    # own noise (half the larger range), not the recorded steps (whose profiler cost the fix changes).
+    def last3(folder):
+        with gzip.open(folder / "rank0.pt.trace.json.gz", "rt") as f:
+            return json.load(f)["bwdiag"]["unprofiled_steps"]["device_us"][-3:]
+
+    noise = max(max(v) - min(v) for v in (last3(before), last3(after))) / 2
+    h = doc["headline"]
+    assert h["source"] == "unprofiled" and h["steps"] == [3, 3] and h["noise_us"] == pytest.approx(noise)
+    assert h["verdict"] == "faster" and h["delta_us"] == pytest.approx(u["delta_us"])
+    assert "Faster, beyond the noise: unprofiled step" in proc.stdout
+    assert "recorded steps (under the profiler)" in proc.stdout
     assert "unprofiled step" in (tmp_path / "d" / "diff.html").read_text()

@@ -187,7 +187,8 @@ def _time(digests: Sequence[RankDigest], spans: list) -> TimeBreakdown:
     if plain:
         unprofiled = dict(unprofiled_step_us=float(np.median([u.median_us for u in plain])),
                           unprofiled_step_ids=plain[0].step_ids, unprofiled_clock=plain[0].clock,
-                          unprofiled_statistic="mean" if any(u.statistic == "mean" for u in plain) else "median")
+                          unprofiled_statistic="mean" if any(u.statistic == "mean" for u in plain) else "median",
+                          unprofiled_step_durations_us=plain[0].durations_us)
     if not spans:
         return TimeBreakdown(total, by_bound, exposed, overlap, **unprofiled)
     first = spans[0]

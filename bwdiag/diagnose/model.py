@@ -169,6 +169,7 @@ class TimeBreakdown(Record):
     #: "median" of the steps timed unprofiled, or "mean" when their slow steps are a pattern
     #: (``steps.slow_steps_are_a_pattern``, as for the recorded steps)
     unprofiled_statistic: str | None = None
+    unprofiled_step_durations_us: tuple[float, ...] = ()  # each of ``unprofiled_step_ids``' time (first rank)
     #: "median" of the complete steps, or "mean" when the slow ones are a pattern (a third or more of
     #: them, or two or more holding a third of the time, over 1.5× the
     #: median (a DataLoader falling behind every other step: a pattern, not outliers)

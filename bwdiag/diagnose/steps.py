@@ -175,6 +175,7 @@ class UnprofiledSteps:
     step_ids: tuple[int, ...]
     clock: str  # "device" (CUDA events) | "host" (perf_counter)
     statistic: str = "median"  # "mean" when slow steps are a pattern (as for the recorded steps)
+    durations_us: tuple[float, ...] = ()  # each of ``step_ids``' time
 
 
 def unprofiled_step(metadata: dict) -> UnprofiledSteps | None:
@@ -211,6 +212,6 @@ def _median_of(timed: dict, last: int | None) -> UnprofiledSteps | None:
                 # A DataLoader falling behind every other step: the recorded steps' rule (a pattern
                 # of slow steps is the step, so the mean), applied to the steps timed unprofiled.
                 if slow_steps_are_a_pattern(chosen):
-                    return UnprofiledSteps(float(np.mean(chosen)), chosen_ids, clock, "mean")
-                return UnprofiledSteps(med, chosen_ids, clock)
+                    return UnprofiledSteps(float(np.mean(chosen)), chosen_ids, clock, "mean", tuple(chosen))
+                return UnprofiledSteps(med, chosen_ids, clock, "median", tuple(chosen))
     return None

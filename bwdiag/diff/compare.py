@@ -33,6 +33,7 @@ from typing import Any, Iterable
 
 from bwdiag._version import __version__
 from bwdiag.diagnose.model import TIME_KEYS, Diagnosis, Finding, KernelRow
+from bwdiag.diagnose.steps import ABNORMAL_RATIO
 from bwdiag.hardware.host import oversubscribed
 
 SCHEMA = "bwdiag/diff@1"
@@ -49,6 +50,8 @@ IDLE_KINDS = frozenset({"host_bound", "data_loader", "sync", "launch_overhead"})
 LABEL_WIDTH = 60
 #: Kernel groups listed in diff.json beyond which only totals are kept.
 MAX_GROUPS = 200
+#: Steps each capture must have timed without the profiler for the verdict to compare those.
+MIN_UNPROFILED_STEPS = 3
 
 
 def compare(before: Diagnosis, after: Diagnosis, *, before_meta: dict | None = None,
@@ -63,7 +66,7 @@ def compare(before: Diagnosis, after: Diagnosis, *, before_meta: dict | None = N
     time = _time_section(before, after, sb, sa)
     findings = [_finding_row(f, before, after, groups_b, groups_a, time, step, per_step)
                 for f in before.findings]
-    return {
+    doc = {
         "schema": SCHEMA,
         "bwdiag_version": __version__,
         "before": {**(before_meta or {}), "paths": list(before.source.paths)},
@@ -77,14 +80,32 @@ def compare(before: Diagnosis, after: Diagnosis, *, before_meta: dict | None = N
         "kernels": kernels,
         "findings": findings,
     }
+    doc["headline"] = headline(doc)
+    return doc
 
 
 def gate(doc: dict[str, Any], pct: float) -> dict[str, Any]:
     """The ``--fail-if-slower PCT`` verdict: AFTER's step slower than BEFORE's by more than the
-    noise plus ``pct`` % of BEFORE's median."""
+    noise plus ``pct`` % of BEFORE's step, on the steps the headline compares (``headline``)."""
+    h = headline(doc)
+    limit = h["noise_us"] + pct / 100.0 * h["before_us"]
+    return {"fail_if_slower_pct": pct, "limit_us": limit, "failed": h["delta_us"] > limit, "on": h["source"]}
+
+
+def headline(doc: dict[str, Any]) -> dict[str, Any]:
+    """The comparison the verdict states: the steps both captures timed without the profiler when each
+    timed at least ``MIN_UNPROFILED_STEPS`` (what the script runs at; the profiler's own cost differs
+    between runs whose fixes change the number of ops it records), else the recorded steps."""
     s = doc["step"]
-    limit = s["noise_us"] + pct / 100.0 * s["before"]["median_us"]
-    return {"fail_if_slower_pct": pct, "limit_us": limit, "failed": s["delta_us"] > limit}
+    u = s.get("unprofiled")
+    if u and u.get("verdict"):
+        return {"source": "unprofiled", **{k: u[k] for k in ("before_us", "after_us", "delta_us", "delta_pct",
+                                                             "noise_us", "beyond_noise", "verdict", "clock")},
+                "noise_known": True, "steps": [u["steps_before"], u["steps_after"]]}
+    return {"source": "recorded", "before_us": s["before"]["median_us"], "after_us": s["after"]["median_us"],
+            "delta_us": s["delta_us"], "delta_pct": s["delta_pct"], "noise_us": s["noise_us"],
+            "beyond_noise": s["beyond_noise"], "verdict": s["verdict"], "clock": None,
+            "noise_known": s["noise_known"], "steps": [s["before"]["steps"], s["after"]["steps"]]}
 
 
 # ------------------------------------------------------------------------------------ the step
@@ -150,9 +171,23 @@ def _unprofiled(before: Diagnosis, after: Diagnosis) -> dict[str, Any] | None:
     b, a = before.time.unprofiled_step_us, after.time.unprofiled_step_us
     if not b or not a:
         return None
-    return {"before_us": b, "after_us": a, "delta_us": a - b, "delta_pct": 100.0 * (a - b) / b,
-            "clock": before.time.unprofiled_clock if before.time.unprofiled_clock == after.time.unprofiled_clock
-            else "mixed"}
+    out = {"before_us": b, "after_us": a, "delta_us": a - b, "delta_pct": 100.0 * (a - b) / b,
+           "clock": before.time.unprofiled_clock if before.time.unprofiled_clock == after.time.unprofiled_clock
+           else "mixed"}
+    db, da = before.time.unprofiled_step_durations_us, after.time.unprofiled_step_durations_us
+    if min(len(db), len(da)) >= MIN_UNPROFILED_STEPS and out["clock"] != "mixed":
+        # the same noise rule as the recorded steps': half the larger range of the ordinary steps
+        noise = max(_ordinary_range(db, b), _ordinary_range(da, a)) / 2.0
+        beyond = abs(a - b) > noise
+        out.update(noise_us=noise, beyond_noise=beyond, steps_before=len(db), steps_after=len(da),
+                   verdict="no change" if not beyond else ("slower" if a > b else "faster"))
+    return out
+
+
+def _ordinary_range(durations, step_us: float) -> float:
+    """max − min of the steps not over 1.5× the step time (those are events, not noise)."""
+    ordinary = [x for x in durations if x <= ABNORMAL_RATIO * step_us] or list(durations)
+    return max(ordinary) - min(ordinary)
 
 
 # ---------------------------------------------------------------------------- time by bound

@@ -34,32 +34,43 @@ def _signed(us: float | None) -> str:
     return ("+" if us > 0 else "−") + fmt_time(abs(us))
 
 
+def _change(before_us: float, after_us: float, delta_us: float, delta_pct: float | None) -> str:
+    head = f"{fmt_time(before_us)} → {fmt_time(after_us)} ({_signed(delta_us)}"
+    if delta_pct is not None:
+        head += f", {'+' if delta_pct > 0 else '−' if delta_pct < 0 else ''}{abs(delta_pct):.1f}%"
+    return head + ")"
+
+
 def verdict_line(doc: dict[str, Any]) -> str:
-    s = doc["step"]
-    unit = "step" if doc["unit"] == "step" else "window"
-    b, a = s["before"]["median_us"], s["after"]["median_us"]
-    head = f"{unit} {fmt_time(b)} → {fmt_time(a)} ({_signed(s['delta_us'])}"
-    if s["delta_pct"] is not None:
-        pct = s["delta_pct"]
-        head += f", {'+' if pct > 0 else '−' if pct < 0 else ''}{abs(pct):.1f}%"
-    head += ")"
-    noise = f"noise ±{fmt_time(s['noise_us'])}" if s["noise_known"] else "noise unknown (one step each)"
-    if s["verdict"] == "no change":
+    """The verdict on the steps the diff compares (``doc["headline"]``: unprofiled or recorded)."""
+    h = doc["headline"]
+    unprofiled = h["source"] == "unprofiled"
+    what = "unprofiled step" if unprofiled else ("step" if doc["unit"] == "step" else "window")
+    head = f"{what} {_change(h['before_us'], h['after_us'], h['delta_us'], h['delta_pct'])}"
+    if unprofiled:
+        noise = (f"noise ±{fmt_time(h['noise_us'])} ({h['steps'][0]} and {h['steps'][1]} steps run without the "
+                 f"profiler, the captures' own {h['clock']} clock)")
+    else:
+        noise = f"noise ±{fmt_time(h['noise_us'])}" if h["noise_known"] else "noise unknown (one step each)"
+    if h["verdict"] == "no change":
         return f"No change beyond the noise: {head}; {noise}"
-    word = "Faster" if s["verdict"] == "faster" else "Slower"
-    speed = f", {s['speedup']:.2f}× the speed" if s.get("speedup") else ""
+    word = "Faster" if h["verdict"] == "faster" else "Slower"
+    speed = f", {h['before_us'] / h['after_us']:.2f}× the speed" if h["after_us"] else ""
     return f"{word}, beyond the noise: {head}{speed}; {noise}"
 
 
 def unprofiled_line(doc: dict[str, Any]) -> str | None:
-    """The unprofiled steps of both runs, when both captures timed them."""
-    u = doc["step"].get("unprofiled")
+    """The other comparison: the recorded steps when the verdict is on the unprofiled ones, else the
+    unprofiled steps when both captures timed them (too few to judge the noise by)."""
+    s = doc["step"]
+    if doc["headline"]["source"] == "unprofiled":
+        return (f"recorded steps (under the profiler): "
+                f"{_change(s['before']['median_us'], s['after']['median_us'], s['delta_us'], s['delta_pct'])}")
+    u = s.get("unprofiled")
     if not u:
         return None
-    pct = u["delta_pct"]
     return (f"unprofiled step (the captures' own {u['clock']} clock, steps run without the profiler): "
-            f"{fmt_time(u['before_us'])} → {fmt_time(u['after_us'])} ({_signed(u['delta_us'])}, "
-            f"{'+' if pct > 0 else '−' if pct < 0 else ''}{abs(pct):.1f}%)")
+            f"{_change(u['before_us'], u['after_us'], u['delta_us'], u['delta_pct'])}")
 
 
 def gate_line(doc: dict[str, Any]) -> str | None:
@@ -68,7 +79,8 @@ def gate_line(doc: dict[str, Any]) -> str | None:
         return None
     if g["failed"]:
         return (f"--fail-if-slower {g['fail_if_slower_pct']:g}: FAILED, AFTER is slower by "
-                f"{fmt_time(doc['step']['delta_us'])}, over the {fmt_time(g['limit_us'])} allowed (noise + {g['fail_if_slower_pct']:g}%)")
+                f"{fmt_time(doc['headline']['delta_us'])}, over the {fmt_time(g['limit_us'])} allowed "
+                f"(noise + {g['fail_if_slower_pct']:g}%)")
     return f"--fail-if-slower {g['fail_if_slower_pct']:g}: passed (allowed up to {fmt_time(g['limit_us'])} slower)"
 
 
@@ -145,7 +157,7 @@ def _kernel_summary(doc: dict) -> str:
 
 def page_context(doc: dict[str, Any]) -> dict[str, Any]:
     before, after = doc["before"].get("name", "before"), doc["after"].get("name", "after")
-    verdict = doc["step"]["verdict"]
+    verdict = doc["headline"]["verdict"]
     return {
         "title": f"bwdiag diff: {before} → {after}",
         "before_name": before,
@@ -184,7 +196,7 @@ def print_diff(doc: dict[str, Any], *, outputs: dict[str, Any] | None = None, fi
     head.append(printable(f"{page['before_name']} → {page['after_name']}"))
     head.append(f"  ·  times {page['unit_text']}", style="dim")
     console.print(head)
-    style = {"faster": "bold green", "slower": "bold red"}.get(doc["step"]["verdict"], "bold")
+    style = {"faster": "bold green", "slower": "bold red"}.get(doc["headline"]["verdict"], "bold")
     console.print(Text(page["verdict"], style=style))
     if page["unprofiled"]:
         console.print(Text(page["unprofiled"], style="dim"))
