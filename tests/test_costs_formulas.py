@@ -78,6 +78,19 @@ def test_to_copy_cast_uses_dtype_code():
     assert c.bytes == 100 * 2 * 2 and c.category is Category.COPY
 
 
+def test_to_the_same_dtype_moves_nothing_and_a_real_conversion_does():
+    # GPT-2 on a CPU: to(x f32[8, 128, 4096], dtype=float (6), layout, device, pin_memory, non_blocking,
+    # copy=False, memory_format) returns x itself (6 µs in the trace for what a copy would make 33.6 MB)
+    dims, types = [[8, 128, 4096], [], [], [], [], [], [], []], [F32, "Scalar", "Scalar", "", "", "Scalar", "Scalar", ""]
+    c = estimate_op("aten::to", dims, types, ["", "6", "0", "", "", "False", "False", ""])
+    assert c.bytes == 0 and c.category is Category.COPY
+    # copy=True copies: read and write 8·128·4096 floats; to bf16 (15) casts: 4 bytes read, 2 written
+    c = estimate_op("aten::to", dims, types, ["", "6", "0", "", "", "False", "True", ""])
+    assert c.bytes == 2 * 8 * 128 * 4096 * 4 and c.category is Category.COPY
+    c = estimate_op("aten::to", dims, types, ["", "15", "0", "", "", "False", "False", ""])
+    assert c.bytes == 8 * 128 * 4096 * (4 + 2) and c.category is Category.CAST
+
+
 def test_embedding_forward_and_backward():
     # embedding(weight[50000, 768] fp32, idx[8, 128] int64): read 1024 rows, not the table
     c = estimate_op("aten::embedding", [[50000, 768], [8, 128], [], [], []],

@@ -190,6 +190,8 @@ def copy(a: OpArgs) -> Cost:
         outs = a.out_indices()
         if outs and a.shape(outs[0]) is not None:
             dst_t = a.type(outs[0])
+        if op == "to" and _returns_self(a, src_t, dst_t):
+            return Traffic().cost(0.0, bwdiag_dtype(dst_t), Category.COPY)
     t = Traffic()
     t.add(a.read_shape(src_i), dtype_bytes(src_t), "source")  # an expanded source: distinct elements
     t.add(dst, dtype_bytes(dst_t), "destination")
@@ -200,6 +202,17 @@ def copy(a: OpArgs) -> Cost:
 
 #: Ops that hand a whole tensor to one ``cudaMemcpy``/``hipMemcpy`` (same dtype, same size) or
 #: fill it with one ``cudaMemset``/``hipMemset`` (a constant byte pattern).
+def _returns_self(a: OpArgs, src_t, dst_t) -> bool:
+    """``tensor.to(...)`` that changes neither dtype nor memory format and is not asked to copy returns
+    the tensor itself: no bytes move (a real conversion runs ``aten::_to_copy`` under it, where a CPU
+    trace's leaf op and a GPU trace's copy kernel carry the traffic). Seen on a CPU GPT-2 step as 100 MB
+    "moved" in 6 µs by ``aten::to`` to the same float dtype."""
+    if src_t is None or src_t != dst_t or a.value("copy") is True:
+        return False
+    memory_format = a.value("memory_format")
+    return memory_format in (None, "")
+
+
 MEMCPY_OPS = frozenset({"copy_", "_copy_from", "copy", "clone", "contiguous", "_to_copy", "to"})
 MEMSET_OPS = frozenset({"fill_", "zero_"})
 
