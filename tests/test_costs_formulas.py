@@ -89,6 +89,10 @@ def test_to_the_same_dtype_moves_nothing_and_a_real_conversion_does():
     assert c.bytes == 2 * 8 * 128 * 4096 * 4 and c.category is Category.COPY
     c = estimate_op("aten::to", dims, types, ["", "15", "0", "", "", "False", "False", ""])
     assert c.bytes == 8 * 128 * 4096 * (4 + 2) and c.category is Category.CAST
+    # without Concrete Inputs (older traces: rank_non_gpu's .to(device) calls, with _to_copy under them)
+    # nothing says it is a no-op: a copy, as before
+    c = estimate_op("aten::to", dims, types, [])
+    assert c.bytes == 2 * 8 * 128 * 4096 * 4 and c.category is Category.COPY
 
 
 def test_embedding_forward_and_backward():

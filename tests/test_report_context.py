@@ -317,6 +317,11 @@ def test_a_runner_up_within_the_step_noise_is_called_a_tie():
     # steady steps and a 20-point gap (the fixture: compute 40 %, memory 20 %): no qualifier
     steady = build_context(d)["verdict"]["headline"]
     assert steady == "Compute-bound: most time is in kernels limited by the FLOP/s ceiling"
+    # A CPU-only trace says it in the host's words: ops, not kernels; no "device waits for the host".
+    cpu = dataclasses.replace(d, source=dataclasses.replace(d.source, trace_kind="cpu"))
+    assert build_context(cpu)["verdict"]["headline"] == "Compute-bound: most time is in ops limited by the CPU's FLOP/s ceiling"
+    idle = dataclasses.replace(cpu, time=dataclasses.replace(d.time, by_bound={**d.time.by_bound, "idle": 15000.0}))
+    assert build_context(idle)["verdict"]["headline"].startswith("Between ops: most of the time the main thread runs no op")
 
 
 def test_compute_far_below_its_roof_is_called_overhead():

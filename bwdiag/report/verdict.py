@@ -28,6 +28,14 @@ HEADLINES = {
     "idle": "Device idle: most of the time the device waits for the host, input or a sync",
     "unknown": "Mostly unclassified: most time is in kernels bwdiag has no cost estimate for",
 }
+#: On a CPU-only trace the ops run on the host itself: the same classes, in its words.
+CPU_HEADLINES = {
+    "compute": "Compute-bound: most time is in ops limited by the CPU's FLOP/s ceiling",
+    "memory": "Memory-bound: most time is in ops limited by memory bandwidth",
+    "latency": "Latency-bound: most time is in ops too small for their work to outweigh their dispatch",
+    "idle": "Between ops: most of the time the main thread runs no op — Python, dispatch, input or waits",
+    "unknown": "Mostly unclassified: most time is in ops bwdiag has no cost estimate for",
+}
 
 #: Findings named in the verdict and the terminal summary (the rest are counted and listed below).
 VERDICT_FINDINGS = 3
@@ -143,7 +151,8 @@ def _headline(d: Diagnosis, bars: list[dict], dominant: dict | None) -> dict:
     if dominant is None:
         return {"headline": "No time in the analysed window", "headline_base": "No time in the analysed window",
                 "headline_notes": []}
-    base = HEADLINES[dominant["key"]]
+    cpu = d.source.trace_kind == "cpu"
+    base = (CPU_HEADLINES if cpu else HEADLINES).get(dominant["key"], HEADLINES[dominant["key"]])
     notes: list[str] = []
     ranked = sorted(bars, key=lambda b: -b["us"])
     if len(ranked) > 1 and ranked[1]["us"] > 0:
