@@ -64,6 +64,24 @@ def test_chain_in_the_loss_outside_the_model_compiles_the_loss():
     assert "aten::_log_softmax" in fix and "model = torch.compile(model)" not in fix
 
 
+def test_backward_of_a_loss_the_model_computes_compiles_the_model():
+    """A Hugging Face model given labels= computes its loss in its forward: the loss's backward chain
+    (no module: backward ops carry none) is compiled with the model, and there is no loss_fn to name."""
+    fwd = op("aten::_log_softmax", dims=[[4, 4], []], types=[F32, "Scalar"], ts=-50, module="GPT2LMHeadModel")
+    a = _chain(["aten::zero_", "aten::_log_softmax_backward_data"], extra_ops=[fwd])
+    a.activities["module"] = a.activities["module"].astype(object)
+    row = kernel("log_softmax", op=0, ts=-50, dur=1, category="elementwise", bound="memory",
+                 module="GPT2LMHeadModel")
+    a.activities.loc[len(a.activities)] = pd.Series({**row, "op_name": "aten::_log_softmax"})
+    fix = _fix(fusion.fusion(context([a], total_us=100)))
+    assert fix.startswith("model = torch.compile(model)") and "loss_fn" not in fix
+    assert "the backward of the loss that GPT2LMHeadModel's forward computes" in fix
+    # A loss module of its own (nn.MSELoss called as criterion(out, y), recorded as MSELoss_0) is the
+    # loss outside the model: compiling the model would not reach it.
+    a.activities.loc[len(a.activities) - 1, "module"] = "MSELoss_0"
+    assert _fix(fusion.fusion(context([a], total_us=100))).startswith("loss_fn = torch.compile(loss_fn)")
+
+
 def test_chain_without_any_module_recorded_names_no_model():
     fix = _fix(fusion.fusion(context([_chain(["aten::mul", "aten::add", "aten::relu"])], total_us=100)))
     assert fix.startswith("fn = torch.compile(fn)") and "no modules" in fix

@@ -75,6 +75,18 @@ def test_host_overhead_saves_the_short_gaps():
     assert "foreach" not in r.finding.fix
 
 
+@pytest.mark.parametrize("framework, fix", [
+    ("lightning", "self.model = torch.compile(self.model)  # in your LightningModule's __init__"),
+    ("hf_trainer", "TrainingArguments(..., torch_compile=True)"),
+])
+def test_a_framework_that_runs_the_step_gets_its_own_switch(framework, fix):
+    # The capture saw the script import Lightning / the HF Trainer: there is no train_step of the user's.
+    a = _tiny_rank()
+    a.trace.metadata = {"bwdiag": {"frameworks": [framework]}}
+    (r,) = dispatch.host_overhead(context([a], total_us=2010, trace_kind="cpu"))
+    assert r.finding.fix.startswith(fix) and "train_step" not in r.finding.fix
+
+
 def test_host_overhead_names_the_profiler_cost_the_calibration_measured():
     import dataclasses
 

@@ -89,6 +89,16 @@ def host_load() -> dict[str, Any] | None:
     return {"load1": round(float(load1), 2), "cores": cores}
 
 
+#: Training frameworks whose loop the user does not write: the advice names their own switches.
+#: (``transformers.trainer`` is imported only by scripts that use the Trainer.)
+FRAMEWORKS = {"lightning": ("lightning.pytorch", "pytorch_lightning"), "hf_trainer": ("transformers.trainer",)}
+
+
+def frameworks_in_use() -> list[str]:
+    """The :data:`FRAMEWORKS` whose modules the script has imported by now."""
+    return sorted(name for name, modules in FRAMEWORKS.items() if any(m in sys.modules for m in modules))
+
+
 def capture_metadata(
     *,
     argv: list[str],
@@ -120,6 +130,7 @@ def capture_metadata(
         "module_annotations": MODULE_ANNOTATIONS if with_modules else None,
         "calibrated": calibrated_ceilings(device),
         "host_load": host_load(),
+        "frameworks": frameworks_in_use(),
     }
     if note:
         meta["note"] = note

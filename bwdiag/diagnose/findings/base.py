@@ -132,6 +132,17 @@ class RuleContext:
         return self.job_ranks or self.ranks
 
     @property
+    def frameworks(self) -> frozenset[str]:
+        """Training frameworks a bwdiag capture saw the script use (``lightning``, ``hf_trainer``): a
+        fix then names their switch, not a function the user never wrote."""
+        found: set[str] = set()
+        for a in self.analyses:
+            meta = (getattr(a.trace, "metadata", None) or {}).get("bwdiag")
+            if isinstance(meta, dict) and isinstance(meta.get("frameworks"), list):
+                found.update(str(f) for f in meta["frameworks"])
+        return frozenset(found)
+
+    @property
     def is_cpu(self) -> bool:
         return self.diagnosis.source.trace_kind == "cpu"
 

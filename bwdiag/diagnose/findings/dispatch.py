@@ -155,6 +155,13 @@ def _fix(ctx: RuleContext, found, where: dict, is_tiny: bool, compiled: bool) ->
         modules = [label for label in where if label not in _NOT_MODULES]
         lines.append(f"model = torch.compile(model)  # the gaps are inside {_common_module(modules)}: one compiled "
                      f"graph, no Python between its ops")
+    elif "lightning" in ctx.frameworks:  # Lightning runs the step: no train_step of the user's to compile
+        lines.append("self.model = torch.compile(self.model)  # in your LightningModule's __init__ (or "
+                     "configure_model): Lightning calls training_step, forward and backward run compiled; "
+                     "the loss too if it is computed inside the compiled module")
+    elif "hf_trainer" in ctx.frameworks:
+        lines.append("TrainingArguments(..., torch_compile=True)  # the Trainer compiles the model it runs "
+                     "(forward, loss when the model computes it, backward)")
     elif "outside any module" in where:
         lines.append("train_step = torch.compile(train_step)  # the function that runs forward, loss and backward: "
                      "the gaps are outside the model's modules too (loss, user code), so compiling the model alone "

@@ -31,6 +31,8 @@ _NORM_OP = re.compile(r"^aten::(native_)?(layer_norm|rms_norm|_fused_rms_norm|gr
 #: Autograd nodes of a loss's backward, and backward work in general.
 _LOSS_NODE = re.compile(r"(NllLoss|MseLoss|CrossEntropy|BinaryCrossEntropy|L1Loss|SmoothL1Loss|HuberLoss|KlDiv)\w*Backward")
 _BACKWARD = re.compile(r"Backward|_backward|^autograd::engine")
+#: A module that is a loss function itself (``MSELoss_0``, ``CrossEntropyLoss``, ``criterion``).
+_LOSS_MODULE = re.compile(r"Loss(_\d+)?$|^(loss|criterion)", re.I)
 #: Ops of a loss function (``F.cross_entropy`` → log_softmax + nll_loss).
 _LOSS_OPS = re.compile(r"^aten::(log_softmax|_log_softmax|nll_loss|nll_loss_forward|nll_loss2d|cross_entropy_loss|"
                        r"mse_loss|binary_cross_entropy|l1_loss|smooth_l1_loss|huber_loss|kl_div)")
@@ -93,7 +95,23 @@ def _finding(ctx: RuleContext, names: tuple, runs: list) -> RuleResult | None:
     recorded = any(a.activities["module"].notna().any() for a in ctx.analyses)
     enclosing = tuple(n for o in dict.fromkeys(sub["op"]) if o >= 0 for n in op_chain(a0.trace.ops, int(o))[1:])
     return ctx.finding(FindingKind.FUSION, title, saving, evidence,
-                       _fix(names, modules, ctx.is_cpu, recorded, enclosing), acts=acts)
+                       _fix(names, modules, ctx.is_cpu, recorded, enclosing, _loss_module(ctx)), acts=acts)
+
+
+def _loss_module(ctx: RuleContext) -> str | None:
+    """The module whose forward computes the loss (a Hugging Face model given ``labels=``), when a
+    loss op of the forward pass ran inside one; None when the loss runs outside every module."""
+    for a in ctx.analyses:
+        acts = a.activities
+        if acts.empty or "module" not in acts:
+            continue
+        for name, module in zip(acts["op_name"].to_numpy(), acts["module"].to_numpy()):
+            if not isinstance(module, str) or not module or not _LOSS_OPS.match(str(name)) or _BACKWARD.search(str(name)):
+                continue
+            # a loss module of its own (nn.MSELoss called as criterion(out, y)) is the loss, not the model
+            if not _LOSS_MODULE.search(module.split(".")[0]):
+                return module
+    return None
 
 
 def _saving_line(ctx: RuleContext, runs: list, unit: str, saving: float) -> str:
@@ -172,10 +190,11 @@ def _largest_shape(sub) -> str:
 
 
 def _fix(names: tuple, modules: list, cpu: bool, modules_recorded: bool = True,
-         context: tuple = ()) -> str:
+         context: tuple = (), loss_module: str | None = None) -> str:
     """The fix for a chain: a compile target that holds it, and a fused norm only where the chain
     computes the norm by hand (a chain through ``aten::layer_norm`` already uses the fused op).
-    ``context``: the names of the ops enclosing the chain's ops (autograd nodes in the backward)."""
+    ``context``: the names of the ops enclosing the chain's ops (autograd nodes in the backward);
+    ``loss_module``: the module whose forward computes the loss, when one does."""
     mods = " ".join(str(m) for m in modules if m)
     ops = set(names)
     fused_norm = next((n for n in names if _NORM_OP.search(str(n))), None)
@@ -185,6 +204,9 @@ def _fix(names: tuple, modules: list, cpu: bool, modules_recorded: bool = True,
     backward = any(_BACKWARD.search(n) for n in around)
     if any(modules):
         lines = [f"model = torch.compile(model)  # {how}"]
+    elif loss and loss_module:  # the loss's backward, of a loss the model's forward computes (labels=…)
+        lines = [f"model = torch.compile(model)  # the chain ({loss}) is the backward of the loss that "
+                 f"{loss_module.split('.')[0]}'s forward computes; AOTAutograd compiles that backward too: {how}"]
     elif loss:  # the loss (or its backward) is a function outside the model: compiling the model misses it
         lines = [f"loss_fn = torch.compile(loss_fn)  # the chain ({loss}) is in the loss, outside the model's "
                  f"modules: {how}",
