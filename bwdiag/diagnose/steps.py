@@ -163,6 +163,18 @@ def trace_end_us(tables) -> float | None:
     return max(ends) if ends else None
 
 
+def _settling(durations: list[float]) -> int:
+    """How many leading steps to leave out: while a step is over ``ABNORMAL_RATIO`` × the median of
+    the steps after it (at most half the steps). The steps right after the profiler stops pay for it
+    stopping — caches, allocator, a compiled graph's guards re-checked: a compiled decode loop timed
+    1682, 1015, 674, 478, … 374 µs after its window against its own 377 µs median — which is not a
+    pattern of the run (a DataLoader's slow steps recur), but a settling."""
+    k = 0
+    while k < len(durations) // 2 and durations[k] > ABNORMAL_RATIO * float(np.median(durations[k + 1:])):
+        k += 1
+    return k
+
+
 #: How many of the last timed steps before the capture window make the unprofiled step time.
 UNPROFILED_STEPS = 3
 
@@ -186,7 +198,7 @@ def unprofiled_step(metadata: dict) -> UnprofiledSteps | None:
     and no clock file, or a file written before bwdiag timed them)."""
     clock = (metadata or {}).get("bwdiag_clock")
     after = clock.get("after_window") if isinstance(clock, dict) else None
-    found = _median_of(after, None) if isinstance(after, dict) else None
+    found = _median_of(after, None, settle=True) if isinstance(after, dict) else None
     if found is not None:
         return found
     meta = (metadata or {}).get("bwdiag")
@@ -194,8 +206,9 @@ def unprofiled_step(metadata: dict) -> UnprofiledSteps | None:
     return _median_of(timed, UNPROFILED_STEPS) if isinstance(timed, dict) else None
 
 
-def _median_of(timed: dict, last: int | None) -> UnprofiledSteps | None:
-    """The median of ``timed``'s steps (its last ``last`` ones), device clock first."""
+def _median_of(timed: dict, last: int | None, settle: bool = False) -> UnprofiledSteps | None:
+    """The median of ``timed``'s steps (its last ``last`` ones), device clock first. ``settle``: the
+    steps right after the capture window are left out while they are slow (:func:`_settling`)."""
     if not isinstance(timed.get("ids"), list):
         return None
     ids = timed["ids"] if last is None else timed["ids"][-last:]
@@ -208,6 +221,9 @@ def _median_of(timed: dict, last: int | None) -> UnprofiledSteps | None:
             except (TypeError, ValueError):
                 return None
             if all(np.isfinite(v) and v > 0 for v in chosen):
+                if settle:
+                    k = _settling(chosen)
+                    chosen, chosen_ids = chosen[k:], chosen_ids[k:]
                 med = float(np.median(chosen))
                 # A DataLoader falling behind every other step: the recorded steps' rule (a pattern
                 # of slow steps is the step, so the mean), applied to the steps timed unprofiled.
