@@ -152,6 +152,12 @@ def test_a_cpu_projection_applies_the_recorded_shares_to_the_unprofiled_step():
     assert w["before_us"] == pytest.approx(5000.0) and w["after_us"] == pytest.approx(3925.0)
     assert w["unprofiled_before_us"] == pytest.approx(3000.0) and w["unprofiled_after_us"] == pytest.approx(2355.0)
     assert re.search(r'id="kpi-projected">' + re.escape(fmt_time(2355.0)), render_html(d))
+    # The findings' per-step savings too, so that none reads larger than the step the script runs:
+    # 600, 300, 125, 75 µs of the recorded 5 ms step → × 3/5 of the unprofiled 3 ms one (shares unchanged).
+    assert [f["saving_shown_us"] for f in v["top_findings"]] == [pytest.approx(x) for x in (360.0, 180.0, 75.0)]
+    assert [f["saving_shown_us"] for f in build_context(d)["findings"]] == [
+        pytest.approx(x) for x in (360.0, 180.0, 75.0, 45.0)]
+    assert f"{fmt_time(360.0)} per step" in text and "(12.0%)" in text
     # A GPU trace with the same unprofiled step but no baseline keeps the recorded step (its host
     # side is what the graph baseline would take the profiler out of); a baseline that differs from the
     # window only by a re-timing's rounding is no baseline: no "from the unprofiled" label.

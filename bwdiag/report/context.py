@@ -15,8 +15,8 @@ from bwdiag.report import many_ranks
 from bwdiag.report.display import display_tree, humanize
 from bwdiag.report.roofline import build_roofline, byte_only, plottable
 from bwdiag.report.values import bound_of, jsonable, num
-from bwdiag.report.verdict import (BASELINE_TOLERANCE, TIME_LABELS, VERDICT_FINDINGS, build_verdict, models_note, projected_time, ranked_findings,
-                                   saving_shown)
+from bwdiag.report.verdict import (BASELINE_TOLERANCE, TIME_LABELS, VERDICT_FINDINGS, build_verdict, models_note,
+                                   projected_time, ranked_findings, saving_shown, unprofiled_scale)
 
 __all__ = ["build_context", "kernel_records", "projected_time", "VERDICT_FINDINGS", "KERNEL_COLUMNS"]
 
@@ -257,15 +257,16 @@ def _findings(d: Diagnosis, kernels: list[KernelRow]) -> list[dict]:
     out = []
     idle, total = d.idle, num(d.time.total_us)
     host_wait = num(idle.host_wait_us) / total if idle is not None and total > 0 else None
+    scale = unprofiled_scale(d)  # a CPU trace: per-step µs of the unprofiled step, as the projection
     for f in ranked_findings(d):
-        rule = f.est_saving_per_step_us if f.saving_per_step_us is not None else f.est_saving_us
+        rule = f.est_saving_per_step_us * scale if f.saving_per_step_us is not None else f.est_saving_us
         out.append({
             "kind": f.kind,
             "kind_label": humanize(f.kind),
             "title": f.title,
             "saving_us": f.saving_us,
             "saving_pct": f.saving_pct,
-            **saving_shown(f),
+            **saving_shown(f, scale),
             # both models' figures in one line when they differ (None when they agree)
             "models_note": models_note(f, host_wait),
             "rule_saving_shown_us": rule,

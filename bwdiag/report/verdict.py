@@ -87,7 +87,7 @@ def build_verdict(d: Diagnosis) -> dict:
         **_headline(d, bars, dominant),
         "top_findings": [
             {"kind": f.kind, "title": f.title, "saving_us": f.saving_us,
-             "saving_pct": f.saving_pct, **saving_shown(f)}
+             "saving_pct": f.saving_pct, **saving_shown(f, unprofiled_scale(d))}
             for f in findings[:VERDICT_FINDINGS]
         ],
         "more_findings": max(0, len(findings) - VERDICT_FINDINGS),
@@ -204,15 +204,27 @@ def ranked_findings(d: Diagnosis) -> list[Finding]:
     return sorted(d.findings, key=lambda f: -num(f.saving_us))
 
 
-def saving_shown(f: Finding) -> dict:
+def saving_shown(f: Finding, scale: float = 1.0) -> dict:
     """The saving a reader compares with "Step" and "Projected" (the dependency graph's where the
     finding has one: :attr:`~bwdiag.diagnose.model.Finding.saving_us`): per median step when the
     trace has complete steps, else the window total — with its unit, so no figure is read in the
-    wrong one — and which model it comes from (``saving_model``: ``graph`` or ``rule``)."""
+    wrong one — and which model it comes from (``saving_model``: ``graph`` or ``rule``).
+    ``scale``: :func:`unprofiled_scale` (a CPU trace's per-step µs in the unprofiled step's terms)."""
     per_step = f.saving_per_step_us
     if per_step is not None:
-        return {"saving_shown_us": per_step, "saving_unit": "per step", "saving_model": f.saving_model}
+        return {"saving_shown_us": per_step * scale, "saving_unit": "per step", "saving_model": f.saving_model}
     return {"saving_shown_us": f.saving_us, "saving_unit": "over the window", "saving_model": f.saving_model}
+
+
+def unprofiled_scale(d: Diagnosis) -> float:
+    """Unprofiled step ÷ recorded step on a CPU trace whose capture timed its steps unprofiled (the
+    views apply the recorded shares to the unprofiled step: per-step savings too, so that none reads
+    larger than the step the script runs), else 1. GPU traces' graph savings are already re-timed from
+    the unprofiled baseline (``WhatIf.graph_base_us``)."""
+    t = d.time
+    if d.source.trace_kind == "cpu" and t.unprofiled_step_us and t.step_us:
+        return float(t.unprofiled_step_us / t.step_us)
+    return 1.0
 
 
 #: Rule and graph figures further apart than this share (of the larger) are both said (:func:`models_note`).
