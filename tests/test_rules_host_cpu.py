@@ -75,6 +75,17 @@ def test_host_overhead_saves_the_short_gaps():
     assert "foreach" not in r.finding.fix
 
 
+def test_inference_gaps_get_no_training_step_advice():
+    # No backward and no optimizer step (a decode loop, HF generate): no train_step, loss or backward to
+    # compile — the model, and the loop around it named as what is left.
+    ops = [op("ProfilerStep#1", cat=ANNOT, ts=0, end=100),
+           op("aten::mul", ts=0, end=10), op("aten::add", ts=15, end=20, module="net.fc"),
+           op("aten::mul", ts=30, end=40, module="net.fc"), op("aten::add", ts=45, end=50)]
+    acts = [cpu(o["name"], i, o["ts"], o["end"]) for i, o in enumerate(ops) if i > 0]
+    (r,) = dispatch.host_overhead(context([rank(ops, acts)], total_us=100, trace_kind="cpu"))
+    assert r.finding.fix.startswith("model = torch.compile(model)  # inference:") and "train_step" not in r.finding.fix
+
+
 @pytest.mark.parametrize("framework, fix", [
     ("lightning", "self.model = torch.compile(self.model)  # in your LightningModule's __init__"),
     ("hf_trainer", "TrainingArguments(..., torch_compile=True)"),

@@ -162,6 +162,12 @@ def _fix(ctx: RuleContext, found, where: dict, is_tiny: bool, compiled: bool) ->
     elif "hf_trainer" in ctx.frameworks:
         lines.append("TrainingArguments(..., torch_compile=True)  # the Trainer compiles the model it runs "
                      "(forward, loss when the model computes it, backward)")
+    elif "backward" not in where and "optimizer step" not in where and in_model > 0:
+        # inference (no backward, no optimizer): there is no training step; the gaps outside the model
+        # are the decoding loop's own Python (HF generate: sampling, stopping criteria, cache updates)
+        lines.append("model = torch.compile(model)  # inference: the model's forward runs as one compiled graph per "
+                     "call; the gaps outside it are the loop that calls it (with HF generate: its sampling and "
+                     "cache updates), which more sequences per call amortise")
     elif "outside any module" in where:
         lines.append("train_step = torch.compile(train_step)  # the function that runs forward, loss and backward: "
                      "the gaps are outside the model's modules too (loss, user code), so compiling the model alone "
