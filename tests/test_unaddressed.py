@@ -60,3 +60,19 @@ def test_kernels_far_below_their_roof_are_named_as_overhead():
     assert weighted < 5.0
     (compute,) = [u for u in d.unaddressed if u.bound == "compute"]
     assert "per-op overhead" in compute.why and f"{weighted:.1f}%" in compute.why
+
+
+def test_time_the_graph_does_not_count_is_given_back_to_its_class():
+    # The subtraction let a finding take 600 µs of memory time and 200 of idle; the graph counts 25 % of
+    # it (the step waits elsewhere). What it leaves as unclaimed follows the graph: 300 of 400 memory µs
+    # the findings did not take, plus 75 % of the 600 given back = 750; idle 100 + 150 = 250.
+    from bwdiag.diagnose.findings.whatif import GraphProjection, with_graph
+    from bwdiag.diagnose.model import AppliedFinding, WhatIf
+
+    w = WhatIf((AppliedFinding("fusion", "F", 800.0, 800.0, False),), 2000.0, 800.0, 1200.0, 2000.0 / 1200.0,
+               unclaimed_us={"memory": 300.0, "idle": 100.0, "compute": 50.0})
+    object.__setattr__(w, "_class_takes", ({"memory": 600.0, "idle": 200.0},))
+    g = with_graph(w, GraphProjection(base_us=2000.0, savings=(200.0,), applied=(200.0,), projected_us=1800.0,
+                                      trace_us=2000.0))
+    assert g.unclaimed_us == {"memory": 750.0, "idle": 250.0, "compute": 50.0}
+    assert g.graph_projected_us == 1800.0

@@ -33,7 +33,7 @@ def unaddressed(d: Diagnosis, unclaimed_us: dict[str, float] | None) -> tuple[Un
         if 100.0 * held / total < MIN_SHARE_PCT or left < (1.0 - ADDRESSED_SHARE) * held or left <= 0:
             continue
         out.append(UnaddressedTime(key, left, 100.0 * left / total, _why(d, key, left)))
-    return tuple(out)
+    return tuple(sorted(out, key=lambda u: -u.us))  # the largest first, as the findings
 
 
 def _why(d: Diagnosis, key: str, left_us: float) -> str:

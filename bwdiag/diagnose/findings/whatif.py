@@ -56,16 +56,19 @@ def project(ctx: RuleContext, results: Sequence[RuleResult]) -> WhatIf:
     left = {k: float(ctx.diagnosis.time.by_bound.get(k, 0.0)) for k in TIME_KEYS}
     claimed: dict[int, set[int]] = defaultdict(set)
     applied, saved = [], 0.0
+    takes: list[dict[str, float]] = []  # per finding, what it took from each class
     for result in results[:PROJECTED_FINDINGS]:
         f = result.finding
         by_class = _by_class(ctx, result, claimed)
         want = f.est_saving_us * by_class.pop("_fresh_share", 1.0)
         weight = sum(by_class.values())
         take = 0.0
+        takes.append({})
         for key, part in by_class.items():
             share = want * part / weight if weight > 0 else 0.0
             got = min(share, left.get(key, 0.0))
             left[key] = left.get(key, 0.0) - got
+            takes[-1][key] = got
             take += got
         if weight <= 0:  # nothing known about where it acts: cap by the window only
             take = min(want, total - saved)
@@ -74,9 +77,11 @@ def project(ctx: RuleContext, results: Sequence[RuleResult]) -> WhatIf:
         applied.append(AppliedFinding(f.kind, f.title, float(f.est_saving_us), float(take),
                                       bool(take < f.est_saving_us - 1e-6)))
     projected = float(max(0.0, total - saved))
-    return WhatIf(tuple(applied), total, float(saved), projected,
-                  float(total / projected) if projected > 0 else None,
-                  unclaimed_us={k: float(v) for k, v in left.items()})
+    out = WhatIf(tuple(applied), total, float(saved), projected,
+                 float(total / projected) if projected > 0 else None,
+                 unclaimed_us={k: float(v) for k, v in left.items()})
+    object.__setattr__(out, "_class_takes", tuple(takes))  # for with_graph; not part of the record
+    return out
 
 
 def _by_class(ctx: RuleContext, result: RuleResult, claimed: dict[int, set[int]]) -> dict[str, float]:
@@ -244,7 +249,26 @@ def with_graph(projection: WhatIf, graph: GraphProjection) -> WhatIf:
     projected = float(max(0.0, base - saved))
     return dataclasses.replace(projection, findings=applied, graph_projected_us=projected, graph_saved_us=saved,
                                graph_speedup=float(base / projected) if projected > 0 else None,
-                               graph_base_us=base)
+                               graph_base_us=base, unclaimed_us=_graph_unclaimed(projection, applied))
+
+
+def _graph_unclaimed(projection: WhatIf, applied: Sequence[AppliedFinding]) -> dict[str, float]:
+    """Per time class, what the findings leave as the graph counts them: each finding's per-class take
+    in the subtraction scaled by the share of it the graph counted (``graph_applied_us`` ÷ its take).
+    A finding the graph re-times to nothing (the step waits elsewhere) then leaves its class unclaimed,
+    and "Not addressed" says so, as the projection does."""
+    takes = getattr(projection, "_class_takes", None)
+    if takes is None or len(takes) != len(applied):
+        return dict(projection.unclaimed_us)
+    left = dict(projection.unclaimed_us)
+    for take, a in zip(takes, applied):
+        got = sum(take.values())
+        if got <= 0 or a.graph_applied_us is None:
+            continue
+        counted = min(1.0, max(0.0, float(a.graph_applied_us) / got))
+        for key, part in take.items():
+            left[key] = left.get(key, 0.0) + part * (1.0 - counted)  # given back to its class
+    return {k: float(v) for k, v in left.items()}
 
 
 def change_for(ctx: RuleContext, graph: Graph, result: RuleResult) -> Change:
