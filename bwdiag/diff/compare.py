@@ -413,6 +413,16 @@ def _acts_on(evidence: Iterable[str], groups: dict[tuple, dict]) -> list[tuple]:
     return found
 
 
+def _reshaped(keys: list[tuple], ga: dict[tuple, dict]) -> bool:
+    """Whether none of the op groups ``keys`` is in AFTER but each op of them is, at other shapes: the
+    change moved the work to new groups, and their before − after is not the finding's doing."""
+    ops = [k for k in keys if k[0] == "op"]
+    if not ops or len(ops) != len(keys) or any(k in ga for k in ops):
+        return False
+    after_ops = {k[1] for k in ga if k[0] == "op"}
+    return all(k[1] in after_ops for k in ops)
+
+
 def _label_named(line: str, label: str, own: tuple[str, ...]) -> bool:
     at = line.find(label)
     while at >= 0:
@@ -440,9 +450,12 @@ def _finding_row(f: Finding, before: Diagnosis, after: Diagnosis, gb: dict, ga: 
     elif kind == "overlap":  # hiding a collective saves its exposed part, not its time
         measured_on = "exposed communication"
         realised = -time["exposed_communication"]["delta_us"]
-    elif keys:
+    elif keys and not _reshaped(keys, ga):
         measured_on = f"{len(keys)} kernel group(s) named in its evidence"
         realised = sum(gb[k]["us"] for k in keys) - sum(ga[k]["us"] for k in keys if k in ga)
+    elif keys:  # every group it names is gone and its ops run at other shapes (a batch-size fix): not comparable
+        measured_on = "the step (the groups it names run at other shapes in AFTER)"
+        realised = -step["delta_us"]
     else:
         measured_on = "the step"
         realised = -step["delta_us"]
