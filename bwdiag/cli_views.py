@@ -178,7 +178,9 @@ def _parsed(option: str, parse):
 
 def calibrate_report(device: str, *, quick: bool) -> str:
     """Run a calibration and describe what was measured and where it was cached."""
-    spec = calibrate(device, quick=quick)
+    from bwdiag.capture.quiet import profiler_output_filtered
+
+    spec = calibrate(device, quick=quick, quiet=profiler_output_filtered)  # Kineto's own lines off stderr
     path = cache_path(device_identity(device))
     lines = [f"calibrated    {spec.name}", f"memory BW     {si(spec.memory_bandwidth, 'B/s')}"]
     for dtype, value in spec.vector_flops.items():

@@ -139,6 +139,9 @@ def test_calibrate_then_cpu_trace_is_placed_against_the_measured_ceilings(cpu_tr
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     cal = _run_cli("calibrate", "--quick", env=env)
     assert cal.returncode == 0, cal.stderr
+    # The profiler probe's sessions print Kineto's progress lines straight to fd 2: kept off stderr
+    # (12 "USDT: … profiler_start/stop" lines before), as under bwdiag run.
+    assert "USDT" not in cal.stderr and "STAGE" not in cal.stderr
     cache = list((tmp_path / "cache" / "bwdiag").glob("*.json"))
     assert len(cache) == 1
     measured = json.loads(cache[0].read_text())

@@ -157,7 +157,7 @@ def device_identity(device: str = "auto") -> DeviceIdentity:
                           props.multi_processor_count)
 
 
-def calibrate(device: str = "auto", *, quick: bool = False) -> DeviceSpec:
+def calibrate(device: str = "auto", *, quick: bool = False, quiet: Any = None) -> DeviceSpec:
     """Measure the ceilings of ``device`` ("auto" = CUDA when available, else CPU), cache them and
     return them as a ``DeviceSpec`` with spec_source "calibrated". ``quick=True`` takes ~3 s on a
     small CPU (smaller arrays and GEMMs, fewer repetitions)."""
@@ -167,7 +167,7 @@ def calibrate(device: str = "auto", *, quick: bool = False) -> DeviceSpec:
     identity = device_identity(device)
     started = time.perf_counter()
     if kind == "cpu":
-        measured = _measure_cpu(quick)
+        measured = _measure_cpu(quick, quiet)
     else:
         measured = _measure_cuda(index, quick)
     measured["seconds"] = round(time.perf_counter() - started, 3)
@@ -290,7 +290,7 @@ def _str_or_none(value: Any) -> str | None:
 # -- measurement -----------------------------------------------------------------------------
 
 
-def _measure_cpu(quick: bool) -> dict[str, Any]:
+def _measure_cpu(quick: bool, quiet: Any = None) -> dict[str, Any]:
     import torch
 
     reps = REPS[quick]
@@ -320,17 +320,18 @@ def _measure_cpu(quick: bool) -> dict[str, Any]:
         gemm["bf16"] = _cpu_gemm(size, torch.bfloat16, reps)
     result["gemm_n"] = size
     result["gemm_flops_per_s"] = gemm
-    result["profiler_op_us"] = _profiler_op_us(quick)
+    result["profiler_op_us"] = _profiler_op_us(quick, quiet)
     return result
 
 
-def _profiler_op_us(quick: bool) -> float | None:
+def _profiler_op_us(quick: bool, quiet: Any = None) -> float | None:
     """µs the profiler adds per recorded op on this host: ``PROFILER_PROBE_OPS`` ``tanh`` calls on an
     8-element tensor, plain and under ``torch.profiler`` (CPU, ``record_shapes=True``, as ``bwdiag run``
     records), in interleaved rounds; (the fastest profiled round − the fastest plain one) ÷ ops — the fastest
     of each, as for the ceilings, since a loaded host only ever adds time. Only the loop is timed,
     not the profiler's start and stop. ``None`` when a profiler is already running in this process
-    (a second one cannot start)."""
+    (a second one cannot start). ``quiet``: a context manager around each profiler session (the CLI's
+    keeps Kineto's own start/stop lines off stderr)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -345,7 +346,7 @@ def _profiler_op_us(quick: bool) -> float | None:
         return time.perf_counter() - start
 
     def profiled() -> float:
-        with profile(activities=[ProfilerActivity.CPU], record_shapes=True):
+        with (quiet or contextlib.nullcontext)(), profile(activities=[ProfilerActivity.CPU], record_shapes=True):
             return loop()
 
     loop(), profiled()  # warm-up: the first profiler session pays its set-up inside the loop

@@ -48,5 +48,5 @@ def small_kernels(ctx: RuleContext) -> list[RuleResult]:
            "batch = torch.cat([x1, x2, x3, x4])          # one [4·B, ...] launch instead of four\n"
            "out = model(batch)\n"
            "# vLLM / TGI: raise max_num_seqs / max_batch_size; training: larger micro-batch, fewer accumulation steps")
-    return [ctx.finding(FindingKind.BATCHING, f"Batch the small GEMMs: {len(items)} shapes never fill the device",
+    return [ctx.finding(FindingKind.BATCHING, f"Batch the small GEMMs: {len(items)} shape{'s' if len(items) != 1 else ''} never fill{'s' if len(items) == 1 else ''} the device",
                         saving, evidence, fix, acts=acts)]
