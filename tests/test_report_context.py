@@ -305,6 +305,18 @@ def test_groups_above_their_roof_are_flagged():
     assert build_context(gpu_diagnosis())["roofline"]["above_roof"] == {"count": 0, "max_pct": None}
 
 
+def test_a_multi_rank_step_says_it_is_the_median_over_ranks():
+    # The fixture's two ranks: each rank's median step, then the median over the ranks (the heat strip's
+    # median of all rank-steps can differ: a new-user run read 617 ms here and 615 ms there).
+    from bwdiag.capture.report import summary_text
+
+    d = gpu_diagnosis()
+    assert build_context(d)["verdict"]["step_ranks"] == 2
+    assert "complete steps per rank, the median over 2 ranks" in summary_text(d, width=200)
+    one = dataclasses.replace(d, source=dataclasses.replace(d.source, ranks=(0,)))
+    assert "per rank" not in summary_text(one, width=200)
+
+
 def test_a_runner_up_within_the_step_noise_is_called_a_tie():
     # compute 8000 µs (40 %) vs memory 7900 µs (39.5 %) of 20000; steps 4.5–5.5 ms around 5 ms:
     # ±10 % noise, 10 % of a 40 % share = 4 points > the 0.5-point gap → a tie, said so.

@@ -140,7 +140,7 @@ def test_terminal_summary_has_verdict_and_findings():
     out = io.StringIO()
     print_summary(gpu_diagnosis(), outputs={"report": Path("out/report.html")}, file=out)
     text = " ".join(out.getvalue().split())  # rich wraps at 80 columns
-    assert "Step 5 ms (median of 4 complete steps)" in text
+    assert "Step 5 ms (median of 4 complete steps per rank, the median over 2 ranks)" in text
     assert "Compute-bound" in text and "(40.0% of the time)" in text
     assert "Fuse the elementwise chain in model.layers.0" in text
     assert "3 ms (15.0%)" in text

@@ -93,11 +93,12 @@ def print_summary(
             spread = ""
             if v.get("step_min_us") is not None and v.get("step_max_us") is not None:
                 spread = f", {fmt_time(v['step_min_us'])}–{fmt_time(v['step_max_us'])}"
+            per_rank = f" per rank, the median over {v['step_ranks']} ranks" if (v.get("step_ranks") or 1) > 1 else ""
             if v.get("step_statistic") == "mean":
-                when.append(f" (mean of {v['steps']} complete steps{spread}: the steps over 1.5× the median "
-                            "are a pattern rather than outliers)", style="dim")
+                when.append(f" (mean of {v['steps']} complete steps{per_rank}{spread}: the steps over 1.5× the "
+                            "median are a pattern rather than outliers)", style="dim")
             else:
-                when.append(f" (median of {v['steps']} complete steps{spread})", style="dim")
+                when.append(f" (median of {v['steps']} complete steps{per_rank}{spread})", style="dim")
         elif v["steps"]:
             when.append(" (one complete step)", style="dim")
         if v.get("step_ids"):

@@ -74,6 +74,8 @@ def build_verdict(d: Diagnosis) -> dict:
         "step_max_us": d.time.step_max_us,
         "step_source": d.time.step_source,
         "step_statistic": d.time.step_statistic,
+        # several ranks: the step is the median over ranks of each rank's median (or mean) step
+        "step_ranks": len(set(d.source.ranks)),
         "step_ids": id_ranges(d.time.step_ids),
         "steps_excluded": id_ranges(d.time.steps_excluded),
         **_unprofiled(d),
