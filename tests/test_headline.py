@@ -110,6 +110,17 @@ def test_html_ranks_by_the_graph_and_says_both_figures_where_they_differ():
     assert [r["capped"] for r in ctx["rows"]] == [False, False, True, False]
 
 
+def test_the_summary_says_when_the_findings_overlap():
+    # The fixture's top three claim 12 + 6 + 2.5 = 20.5 % alone and the graph projects 21.5 %: they add
+    # up, nothing said. Projected at 19 ms of 20 (5 %), the same three overlap: the summary says so.
+    d = _graph_diagnosis()
+    assert "The findings overlap" not in summary_text(d, width=200)
+    d = dataclasses.replace(d, whatif=dataclasses.replace(d.whatif, graph_projected_us=19000.0,
+                                                          graph_speedup=20000.0 / 19000.0))
+    text = summary_text(d, width=200)
+    assert "The findings overlap: alone the 3 above claim 20.5% of the step, together the projection counts 5.0%" in text
+
+
 def test_a_projection_from_the_unprofiled_step_never_counts_the_profiler_as_saved():
     # The capture timed the steps unprofiled: the graph re-timed the 20 ms window to 12 ms with the
     # profiler's cost taken out of the host side (graph_base_us), and the same 4.3 ms of fixes leave

@@ -31,6 +31,11 @@ TOP_KERNELS = 5
 MAX_WARNINGS = 10  # warnings printed; all of them are in the report and diagnosis.json
 
 
+
+#: Percentage points by which the top findings' own savings may exceed the projection's before the
+#: summary says they overlap (rounding, and findings below the top ones adding to the projection).
+OVERLAP_POINTS = 0.5
+
 def _shorten(name: str, width: int) -> str:
     """A kernel name cut to fit a terminal row (templated C++ names run to hundreds of chars)."""
     name = printable(name)
@@ -167,6 +172,14 @@ def print_summary(
             elif v.get("projected_model") == "graph":
                 proj.append("  re-timed on the dependency graph", style="dim")
             console.print(proj)
+            shown = ctx["findings"][:VERDICT_FINDINGS]
+            alone = sum(f["saving_pct"] or 0.0 for f in shown)
+            if v["saving_pct"] is not None and alone > v["saving_pct"] + OVERLAP_POINTS:
+                # savings that do not add up: the reader must not sum the table
+                console.print(Text(f"The findings overlap: alone the {len(shown)} above claim {fmt_pct(alone)} of the "
+                                   f"step, together the projection counts {fmt_pct(v['saving_pct'])} (each kernel and "
+                                   "each wait changed once; the report's what-if table shows each one's part)",
+                                   style="dim"))
     else:
         console.print(Text("No findings: nothing bwdiag knows how to fix stands out.", style="dim"))
     for u in ctx.get("unaddressed") or ():
