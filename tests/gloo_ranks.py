@@ -16,14 +16,18 @@ from collections.abc import Callable, Sequence
 
 #: What libstdc++ prints when torch's gloo teardown ends the process (see the module docstring).
 GLOO_EXIT_ABORT = "terminate called without an active exception"
+#: How torchrun reports a rank ended by SIGABRT: a CI dry run (4 Dec 2026, 22:33) saw rank 0 abort with
+#: no message at all while rank 1 waited in its barrier ("Connection reset by peer"); retried the same way.
+RANK_SIGABRT = "(SIGABRT)"
 
 
 def run_ranks(cmd: Sequence[str], *, before_retry: Callable[[], None] = lambda: None,
               **kwargs) -> subprocess.CompletedProcess[str]:
     """``subprocess.run(cmd, capture_output=True, text=True, **kwargs)``, repeated once (after
-    ``before_retry``, which clears the first run's output) when it failed with the teardown abort."""
+    ``before_retry``, which clears the first run's output) when it failed with the teardown abort or a
+    rank ended by SIGABRT."""
     done = subprocess.run(list(cmd), capture_output=True, text=True, **kwargs)
-    if done.returncode != 0 and GLOO_EXIT_ABORT in done.stderr:
+    if done.returncode != 0 and (GLOO_EXIT_ABORT in done.stderr or RANK_SIGABRT in done.stderr):
         before_retry()
         done = subprocess.run(list(cmd), capture_output=True, text=True, **kwargs)
     return done

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tests.gloo_ranks import GLOO_EXIT_ABORT, run_ranks
+from tests.gloo_ranks import GLOO_EXIT_ABORT, RANK_SIGABRT, run_ranks
 
 # Fails with the given message while the counter file holds fewer than `fails` marks, then succeeds.
 SCRIPT = """
@@ -30,6 +30,8 @@ def _run(tmp_path: Path, fails: int, message: str):
 
 def test_teardown_abort_is_retried_once(tmp_path):
     assert _run(tmp_path, 1, GLOO_EXIT_ABORT) == (0, 2, 1)
+    (tmp_path / "sig").mkdir()
+    assert _run(tmp_path / "sig", 1, f"exitcode  : -6 (pid: 3579)  {RANK_SIGABRT}") == (0, 2, 1)
 
 
 def test_a_second_abort_and_other_failures_are_not_hidden(tmp_path):
