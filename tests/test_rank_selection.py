@@ -103,6 +103,20 @@ def test_sample_of_equal_ranks_calls_none_slow(tmp_path):
     assert all(r["why"].startswith("spread across the 3 nodes") for r in sel["ranks"])
 
 
+def test_sample_calls_no_rank_slow_within_the_ranks_jitter(tmp_path):
+    """Ranks 0.3 % apart (1000 µs and 1003 µs, as two real ranks were) are jitter: the 1 % floor
+    (10 µs) is above the 3 µs difference, so every pick is a spread one; a rank 50 % slower among
+    them is still picked (median 1001.5, MAD 1.5 → margin max(10.015, 3 × 1.4826 × 1.5 = 6.67) µs;
+    1500 > 1011.5, 1003 is not)."""
+    files = write_job(tmp_path / "jit", 8, step_us=lambda r, s: 1000.0 + 3.0 * (r % 2), per_node=4)
+    _, sel = select(files, sample=4)
+    assert all(r["why"].startswith("spread across") for r in sel["ranks"])
+    files = write_job(tmp_path / "one", 8, step_us=lambda r, s: 1500.0 if r == 5 else 1000.0 + 3.0 * (r % 2),
+                      per_node=4)
+    _, sel = select(files, sample=4)
+    assert [r["rank"] for r in sel["ranks"] if r["why"].startswith("one of the 1 slowest")] == [5]
+
+
 def test_sample_more_than_there_are_takes_all(job):
     files, sel = select(_files(job)[:3], sample=10)
     assert len(files) == 3 and all("all 3 rank files" in r["why"] for r in sel["ranks"])
