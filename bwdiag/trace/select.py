@@ -154,13 +154,29 @@ def select(files: Sequence[Source], *, ranks: str | None = None, sample: int | N
     return _result(_sample(found, sample), f"--sample {sample}", len(files))
 
 
+#: A rank is only called slow when its median step is beyond the job's median by more than this share
+#: of it, or by more than :data:`SLOW_MADS` scaled median absolute deviations of the ranks' medians,
+#: whichever is larger: a 0.3 % difference between two ranks is jitter, not a straggler.
+SLOW_SHARE = 0.01
+SLOW_MADS = 3.0
+
+
+def slow_margin_us(medians: Sequence[float], job_median: float) -> float:
+    """How far above ``job_median`` a rank's median step must be to be picked as one of the slowest:
+    the larger of ``SLOW_SHARE`` of the median and ``SLOW_MADS`` × 1.4826 × MAD (the robust standard
+    deviation of the ranks' medians, so a handful of stragglers do not widen it)."""
+    mad = statistics.median(abs(m - job_median) for m in medians) if medians else 0.0
+    return max(SLOW_SHARE * job_median, SLOW_MADS * 1.4826 * mad)
+
+
 def _sample(found: list[RankFile], n: int) -> list[tuple[RankFile, str]]:
     from bwdiag.units import fmt_time
 
     timed = [RankFile(f.path, f.rank, f.host, median_step_us(f.path)) for f in found]
     with_steps = [f for f in timed if f.median_step_us is not None]
-    job_median = statistics.median(f.median_step_us for f in with_steps) if with_steps else 0.0
-    bar = job_median + slow_margin_us([f.median_step_us for f in with_steps], job_median)
+    medians = [f.median_step_us for f in with_steps]
+    job_median = statistics.median(medians) if medians else 0.0
+    bar = job_median + slow_margin_us(medians, job_median)
     above = [f for f in with_steps if f.median_step_us > bar]  # steps within the ranks' noise: none is slow
     n_slow = min(len(above), max(1, n // 4))
     picked: list[tuple[RankFile, str]] = []
@@ -182,21 +198,6 @@ def _sample(found: list[RankFile], n: int) -> list[tuple[RankFile, str]]:
                 picked.append((f, f"spread across the {len(hosts)} nodes: host {f.host}" if named and f.host else
                                "spread across the ranks (no host in the trace metadata or file names)"))
     return picked
-
-
-#: A rank is only called slow when its median step is beyond the job's median by more than this share
-#: of it, or by more than :data:`SLOW_MADS` scaled median absolute deviations of the ranks' medians,
-#: whichever is larger: a 0.3 % difference between two ranks is jitter, not a straggler.
-SLOW_SHARE = 0.01
-SLOW_MADS = 3.0
-
-
-def slow_margin_us(medians: Sequence[float], job_median: float) -> float:
-    """How far above ``job_median`` a rank's median step must be to be picked as one of the slowest:
-    the larger of ``SLOW_SHARE`` of the median and ``SLOW_MADS`` × 1.4826 × MAD (the robust standard
-    deviation of the ranks' medians, so a handful of stragglers do not widen it)."""
-    mad = statistics.median(abs(m - job_median) for m in medians) if medians else 0.0
-    return max(SLOW_SHARE * job_median, SLOW_MADS * 1.4826 * mad)
 
 
 def _order(f: RankFile) -> tuple:
