@@ -112,34 +112,39 @@ def _cpu_ops(path: Path) -> list[dict]:
     return [e for e in events if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation")]
 
 
-def _top_level_gaps(ops: list[dict], limit_us: float) -> float:
-    """Gaps under ``limit_us`` between consecutive top-level cpu_ops (not inside another cpu_op) of
-    the thread holding ProfilerStep spans, inside those spans."""
+def _top_level(ops: list[dict]) -> list[dict]:
+    """The top-level cpu_ops (not inside another cpu_op) of the thread holding ProfilerStep spans,
+    inside those spans."""
     steps = [e for e in ops if e["name"].startswith("ProfilerStep#")]
     tid = steps[0]["tid"]
     start, stop = min(e["ts"] for e in steps), max(e["ts"] + e["dur"] for e in steps)
     cpu = sorted((e for e in ops if e["cat"] == "cpu_op" and e["tid"] == tid and start <= e["ts"] <= stop),
                  key=lambda e: e["ts"])
-    total, reach = 0.0, None
+    top, reach = [], None
     for e in cpu:
-        if reach is not None and e["ts"] <= reach:  # inside (or overlapping) the previous top-level op
+        if reach is not None and e["ts"] < reach:  # inside (or overlapping) the previous top-level op
             reach = max(reach, e["ts"] + e["dur"])
             continue
-        if reach is not None and e["ts"] - reach < limit_us:
-            total += e["ts"] - reach
+        top.append(e)
         reach = e["ts"] + e["dur"]
-    return total
+    return top
 
 
 def test_tiny_ops_get_a_host_overhead_finding(traces):
     d, _ = analysed(traces["tiny"])
     (f,) = [f for f in d.findings if f.kind == "host_bound"]
     assert d.findings[0] is f and "tiny ops" in f.title
-    # Every gap between top-level ops is time the main thread does no op's work: a lower bound
-    # (gaps under 0.5 ms: the rule counts merged gaps under 1 ms). The window's idle, the time no
-    # work op runs at all, bounds it from above.
-    assert f.est_saving_us >= _top_level_gaps(_cpu_ops(traces["tiny"]), 500.0)
-    assert f.est_saving_us <= d.time.by_bound["idle"] + 1e-6
+    # ``bwdiag run`` timed steps after the profiler stopped, so the saving is the plain script's: the
+    # gaps plus the tiny ops a compiled step fuses away, less the recording of the ops it removes,
+    # given as a share of the profiled step (× profiled ÷ unprofiled). In the plain script's time it
+    # cannot exceed the window's idle plus every tiny top-level op's own time (raw events), nor the
+    # plain window.
+    t = d.time
+    plain = f.est_saving_us * t.unprofiled_step_us / t.step_us
+    tiny_work = sum(e["dur"] for e in _top_level(_cpu_ops(traces["tiny"])) if e["dur"] < 50)
+    assert 0 < plain <= t.by_bound["idle"] + tiny_work
+    assert plain <= t.total_us * t.unprofiled_step_us / t.step_us
+    assert any("after it stopped" in e and "µs per recorded op" in e for e in f.evidence)
     assert f.est_saving_pct >= 10.0
     assert "gaps" in f.evidence[0] and "optimizer step" in f.evidence[3]
     # The gaps lie in backward, the optimizer loop and outside any module: compile the step (not

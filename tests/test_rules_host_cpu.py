@@ -220,3 +220,73 @@ def test_gpu_host_wait_names_the_host_gaps_and_a_per_parameter_step():
     assert r.kind == "launch_overhead" and r.est_saving_us == pytest.approx(300.0)
     assert "210 µs of short gaps" in r.finding.evidence[-1] and "optimizer step 190 µs" in r.finding.evidence[-1]
     assert "torch.optim.SGD(params, lr=lr, foreach=True)" in r.finding.fix and "20 per-parameter ops" in r.finding.fix
+
+
+def _with_unprofiled(ctx, unprofiled_us: float):
+    """``ctx`` as ``bwdiag run`` leaves it when it also timed steps after the profiler stopped."""
+    import dataclasses
+
+    time = dataclasses.replace(ctx.diagnosis.time, unprofiled_step_us=unprofiled_us)
+    return dataclasses.replace(ctx, diagnosis=dataclasses.replace(ctx.diagnosis, time=time))
+
+
+def test_with_an_unprofiled_step_the_recording_of_removed_ops_is_subtracted():
+    ctx = _with_unprofiled(context([_tiny_rank()], total_us=2010, trace_kind="cpu", step_us=2010), 1990)
+    (r,) = dispatch.host_overhead(ctx)
+    # One 2,010 µs step, 1,990 µs without the profiler: 20 µs over 8 recorded ops = 2.5 µs each. No
+    # extern kernel, no fused step advised: a compiled step removes all 8 → 8 × 2.5 = 20 µs of
+    # recording the plain script never paid. 40 µs of gaps − 20 = 20 µs of the plain step, shown as
+    # the same share of the profiled one: 20 × 2010 / 1990.
+    assert r.est_saving_us == pytest.approx(20 * 2010 / 1990) and r.idle_us == pytest.approx(r.est_saving_us)
+    assert not r.acts
+    assert "2.50 µs per recorded op" in r.finding.evidence[1] and "stops dispatching 8 of the 8" in r.finding.evidence[1]
+
+
+def _extern_rank():
+    """linear 0–50 (holding t 2–5 and addmm 10–45) | relu 60–70 | linear 80–130 recorded as a leaf
+    (inference mode) | add 140–150; the trace's activities are the four top-level ops."""
+    ops = [op("ProfilerStep#1", cat=ANNOT, ts=0, end=200),
+           op("aten::linear", ts=0, end=50, module="net.fc"), op("aten::t", ts=2, end=5, parent=1),
+           op("aten::addmm", ts=10, end=45, parent=1), op("aten::relu", ts=60, end=70, module="net"),
+           op("aten::linear", ts=80, end=130, module="net.fc"), op("aten::add", ts=140, end=150, module="net")]
+    acts = [cpu(ops[i]["name"], i, ops[i]["ts"], ops[i]["end"]) for i in (1, 4, 5, 6)]
+    return rank(ops, acts)
+
+
+def test_extern_kernels_stay_recorded_in_a_compiled_step():
+    ctx = _with_unprofiled(context([_extern_rank()], total_us=200, trace_kind="cpu", step_us=200), 190)
+    (r,) = dispatch.host_overhead(ctx)
+    # Gaps 50→60, 70→80, 130→140: 30 µs. 6 recorded ops, 10 µs of recording: 1.667 µs each. A
+    # compiled graph still calls addmm and the leaf linear (its kernel); the wrapping linear, t, relu
+    # and add go: 4 × 1.667 = 6.667 µs. (30 − 6.667) × 200 / 190.
+    assert r.est_saving_us == pytest.approx((30 - 4 * 10 / 6) * 200 / 190)
+    assert "stops dispatching 4 of the 6" in r.finding.evidence[1]
+
+
+def _run_rank(extern_at: int | None = None):
+    """40 top-level ops of 2 µs every 5 µs (3 µs gaps); op ``extern_at`` an addmm."""
+    ops = [op("ProfilerStep#1", cat=ANNOT, ts=0, end=200)]
+    acts = []
+    for k in range(40):
+        name = "aten::addmm" if k == extern_at else "aten::mul"
+        ops.append(op(name, ts=5 * k, end=5 * k + 2))
+        acts.append(cpu(name, k + 1, 5 * k, 5 * k + 2))
+    return rank(ops, acts)
+
+
+def test_tiny_ops_in_a_long_run_are_fused_away_with_their_gaps():
+    from bwdiag.diagnose.findings.recording import FUSED_RUN_OPS
+
+    ctx = _with_unprofiled(context([_run_rank()], total_us=200, trace_kind="cpu", step_us=200), 160)
+    (r,) = dispatch.host_overhead(ctx)
+    # 39 gaps of 3 µs = 117 µs; 40 µs of recording over 40 ops = 1 µs each, all removed; one run of
+    # 40 ≥ FUSED_RUN_OPS (32) tiny ops: their 80 µs go too. 117 + 80 − 40 = 157 µs of the plain step
+    # → 157 × 200 / 160; the gaps' part of it is cut from the gaps, the rest from the 40 ops.
+    assert FUSED_RUN_OPS == 32
+    assert r.est_saving_us == pytest.approx(157 * 200 / 160)
+    assert r.idle_us == pytest.approx(157 * 200 / 160 * 117 / 197)
+    assert sorted(r.acts[0].tolist()) == list(range(40))
+    # An addmm in the middle: two runs of 20 and 19 — too short to fuse away; addmm stays recorded.
+    ctx = _with_unprofiled(context([_run_rank(extern_at=20)], total_us=200, trace_kind="cpu", step_us=200), 160)
+    (r,) = dispatch.host_overhead(ctx)
+    assert r.est_saving_us == pytest.approx((117 - 39 * 1.0) * 200 / 160) and not r.acts

@@ -9,15 +9,17 @@ DataLoader spans: longer ones are other host work, named but not counted), which
 GPU traces: the device idle those gaps cause is :mod:`.launch` / :mod:`.host`'s.
 
 The profiler itself lengthens the gaps it measures: recording an op (its name, shapes, two
-timestamps) costs the main thread about ``PROFILER_OP_US`` per op outside the op's span — or what
-``bwdiag calibrate`` measured on the host that recorded the trace, when its calibration applies to the
-trace (``device.calibration.values.profiler_op_us``). The evidence
-names that part (every op recorded on the thread in the window, nested ops included, less the leaf
-ops inside DataLoader spans) but the saving keeps it: the profiler lengthens the ops as well (2–4×
-for tiny ops), so a finding's share of the profiled step is what carries over to the plain script,
-and subtracting the recording from the gaps alone under-predicted the 300-tensor workload 6× (see
-benchmarks/README.md). The gaps of a per-parameter optimizer step are left out of the saving when
-the optimizer rule advises a fused step: that fix removes them, compiling the step does not.
+timestamps) costs the main thread time outside the op's span (:mod:`.recording`). When ``bwdiag run``
+timed steps after the profiler stopped, that cost per recorded op is measured in the run itself
+((profiled − unprofiled step) ÷ recorded ops per step), and the saving is what the plain script
+saves: the gaps, plus the own time of tiny ops a compiled step fuses away, less the recording of every
+op the fix stops dispatching — given, like every saving, as its share of the profiled step. Without
+an unprofiled step the saving is the gaps (their share of the profiled step carries over), and the
+evidence names the recording from ``PROFILER_OP_US`` or the host's ``bwdiag calibrate``
+(``device.calibration.values.profiler_op_us``) — subtracting that from the gaps alone, without the
+fused ops' own time, under-predicted the 300-tensor workload 6× (see benchmarks/README.md). The gaps
+of a per-parameter optimizer step are left out of the saving when the optimizer rule advises a fused
+step: that fix removes them, compiling the step does not.
 """
 
 from __future__ import annotations
@@ -33,6 +35,14 @@ from bwdiag.diagnose.findings.helpers import (
     op_column,
     optimizer_batched,
 )
+from bwdiag.diagnose.findings.recording import FUSED_RUN_OPS
+from bwdiag.diagnose.findings.recording import (  # noqa: F401  (PROFILER_OP_US: re-exported)
+    PROFILER_OP_US,
+    compiled_away,
+    profiler_op_us,
+    recorded_ops,
+    run_op_us,
+)
 from bwdiag.diagnose.model import FindingKind
 
 #: Gaps between ops that are not tiny are reported only from this share of the window (%): between
@@ -42,13 +52,6 @@ LARGE_OPS_MIN_PCT = 10.0
 #: per-parameter op count is the evidence, and on a loaded host the backward's gaps swell more than the
 #: optimizer's (SGD over 300 tensors: 4.4 of 40.8 ms of gaps, 11 %, in one run; under 10 % in a loaded one).
 OPTIMIZER_GAP_SHARE = 0.05
-
-#: The profiler's own cost per recorded CPU op (µs) that lands between ops (``record_shapes=True``, torch
-#: 2.13, one thread): 2,000 ``tanh`` calls on 8-element tensors took 1.07–1.12 µs each plain and
-#: 1.79–1.95 µs under ``torch.profiler`` (0.73–0.98 µs more, three interleaved runs on the 2-core
-#: dev VM); the op spans themselves read 0.66–0.69 µs. 0.8 µs is that measurement's middle, used
-#: for a trace whose host's calibration did not measure it (:func:`profiler_op_us`).
-PROFILER_OP_US = 0.8
 
 #: Labels of :attr:`HostGaps.where` that are not module paths.
 _NOT_MODULES = ("optimizer step", "zero_grad", "backward", "outside any module", "forward (no modules recorded)")
@@ -70,7 +73,7 @@ def host_overhead(ctx: RuleContext) -> list[RuleResult]:
     # per-parameter loop's gaps; compiling the forward/backward does not, so they are not this saving.
     fused_step = [r for r in ctx.prior.get("optimizer", ()) if r.finding.fix]
     moved = sum(g.where.get("optimizer step", [0.0, 0])[0] for _, g in found) / n if fused_step else 0.0
-    saving = measured - moved
+    saving, idle, acts, plain_line = _saving(ctx, found, measured - moved, bool(fused_step), recorded, per_op)
     ops = sum(g.ops for _, g in found) / n
     tiny = sum(g.tiny_ops for _, g in found) / n
     is_tiny = tiny >= ops / 2
@@ -93,12 +96,14 @@ def host_overhead(ctx: RuleContext) -> list[RuleResult]:
         f"the main thread does no op's work for {fmt_time(measured)} in {gaps:,.0f} short gaps (ops at work: "
         f"{fmt_time(work_us)}): {fmt_time(between)} between its {ops:,.0f} top-level ops (Python), "
         f"{fmt_time(measured - between)} inside them (autograd nodes, dispatch to the kernels)"
-        + ("" if moved > 0 else f" → {ctx.per_step(saving)}"),
+        + ("" if moved > 0 else f" → {ctx.per_step(measured)}"),
         *([f"less the optimizer step's {fmt_time(moved)} of gaps, which the fused step of \"{fused_step[0].title}\" "
-           f"removes (compiling the forward and backward does not) → {ctx.per_step(saving)}"] if moved > 0 else []),
+           f"removes (compiling the forward and backward does not) → {ctx.per_step(measured - moved)}"] if moved > 0 else []),
+        plain_line or
         f"≈{fmt_time(profiler_us)} of the gaps is the profiler's own recording ({recorded:,.0f} recorded ops × "
         f"{per_op:g} µs, {per_op_source}); not subtracted: it lengthens the ops too, so the gaps' share of the step is what "
-        f"carries over to the script run without the profiler",
+        f"carries over to the script run without the profiler (`bwdiag run` also times steps without it, and the "
+        f"saving then subtracts the recording the fix removes)",
         f"{tiny:,.0f} of the {ops:,.0f} ops take under {TINY_OP_US:.0f} µs: per-op dispatch rivals their work"
         if is_tiny else f"{tiny:,.0f} of the {ops:,.0f} ops take under {TINY_OP_US:.0f} µs",
         "gaps by where the next op runs: " + ", ".join(
@@ -113,33 +118,41 @@ def host_overhead(ctx: RuleContext) -> list[RuleResult]:
     title = ("The CPU runs Python between the compiled regions" if compiled
              else f"Cut the Python and dispatch time between {ops:,.0f} tiny ops" if is_tiny
              else "The CPU runs Python between ops")
-    return [ctx.finding(FindingKind.HOST_BOUND, title, saving, evidence, fix, idle_us=saving)]
+    return [ctx.finding(FindingKind.HOST_BOUND, title, saving, evidence, fix, acts=acts, idle_us=idle)]
 
 
-def profiler_op_us(ctx: RuleContext) -> tuple[float, str]:
-    """(µs the profiler adds per recorded op, where the figure comes from): the calibration's
-    ``profiler_op_us`` when the diagnosis used a calibration of the trace's host that measured it,
-    else ``PROFILER_OP_US``."""
-    values = (ctx.diagnosis.device.calibration or {}).get("values") or {}
-    measured = values.get("profiler_op_us")
-    if isinstance(measured, (int, float)) and not isinstance(measured, bool) and measured >= 0:
-        return float(measured), "measured on this host by bwdiag calibrate"
-    return PROFILER_OP_US, "measured on a 2-core dev VM; `bwdiag calibrate` on the trace's host measures it there"
+def _saving(ctx: RuleContext, found, gaps_us: float, keep_optimizer: bool, recorded: float, per_op: float):
+    """(saving, of it the gap time cut, the fused ops' rows, the evidence line) over the window.
 
-
-def recorded_ops(a, tid) -> int:
-    """CPU ops (nested ones included) the profiler recorded on thread ``tid`` of rank analysis ``a``
-    inside its window (the span of its activities)."""
-    ops, acts = a.trace.ops, a.activities
-    if ops.empty or acts.empty:
-        return 0
-    start, stop = float(acts["ts"].min()), float(acts["end"].max())
-    cat = op_column(ops, "cat") if "cat" in ops.columns else None
-    mask = (op_column(ops, "tid") == tid) & (op_column(ops, "end").astype(float) > start) \
-        & (op_column(ops, "ts").astype(float) < stop)
-    if cat is not None:
-        mask &= cat == "cpu_op"
-    return int(mask.sum())
+    Without an unprofiled step: the gaps (their share of the profiled step carries over). With one
+    (:func:`~.recording.run_op_us`): the gaps plus the own time of the tiny ops a compiled step fuses
+    away, less this run's recording cost of every op the fix stops dispatching, is what the plain
+    script saves; it is given as the same share of the profiled step (× profiled ÷ unprofiled step),
+    as every saving is."""
+    scale = ctx.step_scale
+    k = run_op_us(ctx, recorded * scale) if scale else None
+    if k is None:
+        return gaps_us, gaps_us, None, None
+    n = ctx.ranks
+    removed = {pos: compiled_away(ctx.analyses[pos], g, keep_optimizer) for pos, g in found}
+    gone = sum(r.recorded for r in removed.values()) / n
+    fused = sum(r.fused_us for r in removed.values()) / n
+    plain = max(0.0, gaps_us + fused - k * gone)
+    t = ctx.diagnosis.time
+    saving = plain * t.step_us / t.unprofiled_step_us
+    idle = saving * gaps_us / (gaps_us + fused) if gaps_us + fused > 0 else 0.0
+    acts = {pos: r.fused_rows for pos, r in removed.items() if len(r.fused_rows)}
+    line = (f"the profiler's own recording: the steps took {fmt_time(t.step_us)} profiled and "
+            f"{fmt_time(t.unprofiled_step_us)} after it stopped, {k:.2f} µs per recorded op "
+            f"({recorded * scale:,.0f} a step; the probe's figure: {per_op:g} µs); the fix stops dispatching "
+            f"{gone:,.0f} of the {recorded:,.0f} recorded ops (the GEMM, convolution and attention kernels stay calls), "
+            f"whose {fmt_time(k * gone)} of recording the script without the profiler never pays: "
+            f"{fmt_time(gaps_us)} of gaps"
+            + (f" + {fmt_time(fused)} of {sum(len(r.fused_rows) for r in removed.values()) / n:,.0f} tiny ops fused "
+               f"away (runs of {FUSED_RUN_OPS}+ between kernel calls)" if fused > 0 else "")
+            + f" − {fmt_time(k * gone)} = {fmt_time(plain)} of the plain script's time; as a share of the profiled "
+            f"step → {ctx.per_step(saving)}")
+    return saving, idle, acts, line
 
 
 def _fix(ctx: RuleContext, found, where: dict, is_tiny: bool, compiled: bool) -> str:
