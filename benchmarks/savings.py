@@ -38,6 +38,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from savings_workloads import DISTRIBUTED, STEP_LABEL, WORKLOADS  # noqa: E402
 
+from bwdiag.capture.session import AFTER_WINDOW_STEPS  # noqa: E402
+
 #: (workload, finding kind, title pattern) -> the variant that applies that finding's fix.
 FIXES = (
     ("tiny_ops", "host_bound", r"tiny ops", "compile"),
@@ -51,6 +53,12 @@ FIXES = (
     ("transformer", "fusion", r"AdamW", "fused"),
     ("transformer", "fusion", r"zero_ → _log_softmax", "compile_loss"),
 )
+
+
+#: Steps of a ``bwdiag run`` capture: 3 skipped, 1 warm-up, 4 recorded, then the steps its clock times
+#: with the profiler stopped (the unprofiled step the host-overhead saving is worked out against) and one
+#: to close the last of them.
+CAPTURE_STEPS = 3 + 1 + 4 + AFTER_WINDOW_STEPS + 1
 
 
 def variant_for(workload: str, finding: dict) -> str | None:
@@ -92,7 +100,7 @@ def spread(values: list[float]) -> float:
 
 
 def measure(workload: str, out: Path, rounds: int, steps: int) -> dict:
-    diagnosis = diagnose(workload, out / workload, steps=12)
+    diagnosis = diagnose(workload, out / workload, steps=CAPTURE_STEPS)
     top3 = diagnosis["findings"][:3]
     wanted = [v for f in top3 if (v := variant_for(workload, f))]
     variants = ["before", *dict.fromkeys(wanted)]

@@ -40,7 +40,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from savings import spread, time_variants, variant_for  # noqa: E402
+from savings import CAPTURE_STEPS, spread, time_variants, variant_for  # noqa: E402
 from savings_workloads import STEP_LABEL  # noqa: E402
 
 #: The workloads of the findings benchmark this one checks, and extra variants timed beside the
@@ -76,7 +76,7 @@ def _same(f: dict, g: dict) -> bool:
 
 
 def measure(workload: str, out: Path, captures: int, rounds: int, steps: int) -> dict:
-    runs = [capture(workload, "before", out / f"{workload}-before{i}", 12) for i in range(captures)]
+    runs = [capture(workload, "before", out / f"{workload}-before{i}", CAPTURE_STEPS) for i in range(captures)]
     first = runs[0]
     chosen = next((f for f in first["findings"][:3] if variant_for(workload, f)), None)
     if chosen is None:
@@ -95,7 +95,7 @@ def measure(workload: str, out: Path, captures: int, rounds: int, steps: int) ->
                      "found_in": len(same), "graph_share": statistics.median(graph) if graph else None,
                      "rule_share": statistics.median(rule) if rule else None,
                      "graph_shares": graph, "rule_shares": rule})
-    capture(workload, variant, out / f"{workload}-after", 12)
+    capture(workload, variant, out / f"{workload}-after", CAPTURE_STEPS)
     compared = diff(out / f"{workload}-before0", out / f"{workload}-after", out / f"{workload}-diff")
     status = next((f["status"] for f in compared["findings"] if _same(f, chosen)), None)
     timed = time_variants(workload, ["before", *(r["variant"] for r in rows)], rounds, steps)
