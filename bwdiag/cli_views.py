@@ -187,6 +187,23 @@ def calibrate_report(device: str, *, quick: bool) -> str:
         lines.append(f"{dtype + ' vector':<14}{si(value, 'FLOP/s')}")
     for dtype, value in spec.tensor_flops.items():
         lines.append(f"{dtype + ' tensor':<14}{si(value, 'FLOP/s')}")
+    lines += _host_costs(path)
     lines += [f"note          {n}" for n in spec.notes]
     lines.append(f"cached in     {path}")
     return "\n".join(lines)
+
+
+def _host_costs(path) -> list[str]:
+    """The calibration's host-side measurements (CPU): the profiler's cost per recorded op and what a
+    compiled call keeps — the figures the host-overhead finding works with."""
+    try:
+        measured = json.loads(path.read_text()).get("measurements") or {}
+    except (OSError, ValueError):
+        return []
+    lines = []
+    if isinstance(op_us := measured.get("profiler_op_us"), (int, float)):
+        lines.append(f"profiler      {op_us:.2f} µs per recorded op")
+    if compiled := measured.get("compiled_call"):
+        lines.append("compiled call " + "; ".join(
+            f"{mode} {c['call_us']:.1f} µs + {c['extern_us']:.2f} µs per GEMM call" for mode, c in compiled.items()))
+    return lines

@@ -467,6 +467,14 @@ def test_quick_calibration_is_positive_and_round_trips(calibrated, monkeypatch):
     op_us = measured["profiler_op_us"]
     assert isinstance(op_us, float) and 0 <= op_us < 50 and record["entry"]["profiler_op_us"] == op_us
     assert read_calibration("cpu").to_record()["values"]["profiler_op_us"] == op_us
+    # What a compiled call keeps, per mode: a call's fixed cost and one per extern GEMM call it makes —
+    # positive, under 5 ms on any host, and a training call (forward, compiled backward node) dearer
+    # than an inference one (19 vs 88 µs measured on the 2-core VM).
+    compiled = measured["compiled_call"]
+    assert set(compiled) == {"inference", "training"} and record["entry"]["compiled_call"] == compiled
+    assert all(0 <= c[k] < 5000 for c in compiled.values() for k in ("call_us", "extern_us"))
+    assert compiled["training"]["call_us"] > compiled["inference"]["call_us"] > 0
+    assert read_calibration("cpu").to_record()["values"]["compiled_call"] == compiled
     # and a CPU trace now uses it
     resolved, warnings = resolve_device(None, trace_kind="cpu")
     assert resolved.spec_source is SpecSource.CALIBRATED and warnings == []
@@ -514,6 +522,7 @@ def test_calibrate_command(tmp_path):
                                 env={"XDG_CACHE_HOME": str(tmp_path)})
     assert result.exit_code == 0, result.output
     assert "memory BW" in result.output and "fp32 vector" in result.output
+    assert "µs per recorded op" in result.output and "compiled call inference" in result.output
     cached = list((tmp_path / "bwdiag").glob("calibration-cpu-*.json"))
     assert len(cached) == 1 and str(cached[0]) in result.output
 

@@ -6,7 +6,9 @@ than the last-level cache, best of several repetitions, bytes counted the STREAM
 several repetitions after a warm-up. On CUDA the timing uses CUDA events around the work, with the
 device synchronised before and after. CPU also: what ``torch.profiler`` adds per recorded op
 (``profiler_op_us``: tiny ops timed with and without it, interleaved; the host-overhead finding names
-that share of the gaps with it).
+that share of the gaps with it), and what a ``torch.compile``'d call still costs (``compiled_call``:
+chains of tiny ``nn.Linear`` layers compiled, inference and training, timed per call; what the
+host-overhead finding's saving keeps of a compiled step).
 
 Results are cached as JSON under ``$XDG_CACHE_HOME/bwdiag/`` (default ``~/.cache/bwdiag``), keyed by
 the device's identity (CPU model and logical core count; GPU name and memory size), and read back
@@ -64,6 +66,12 @@ CUDA_STREAM_MAX_BYTES = {False: GIB, True: GIB // 4}
 PROFILER_PROBE_OPS = {False: 2000, True: 2000}
 PROFILER_PROBE_ROUNDS = {False: 9, True: 5}
 CUDA_GEMM_N = {False: 8192, True: 4096}
+
+#: What a compiled call keeps (CPU): ``nn.Sequential`` of this many ``nn.Linear(8, 8)`` layers, compiled
+#: (the per-layer cost is the slope between the two), timed per call over this many calls per round.
+COMPILED_PROBE_LAYERS = (1, 9)
+COMPILED_PROBE_CALLS = {False: 200, True: 60}
+COMPILED_PROBE_ROUNDS = {False: 5, True: 3}
 
 
 class CalibrationError(BwdiagError):
@@ -125,6 +133,8 @@ class CalibrationSnapshot:
                 "tensor_flops": {k: float(v) for k, v in spec.tensor_flops.items()},
                 **({"profiler_op_us": float(op_us)} if isinstance(op_us := self.entry.get("profiler_op_us"),
                                                                   (int, float)) else {}),
+                **({"compiled_call": _plain(compiled)} if isinstance(compiled := self.entry.get("compiled_call"),
+                                                                    Mapping) else {}),
             },
         }
 
@@ -321,7 +331,80 @@ def _measure_cpu(quick: bool, quiet: Any = None) -> dict[str, Any]:
     result["gemm_n"] = size
     result["gemm_flops_per_s"] = gemm
     result["profiler_op_us"] = _profiler_op_us(quick, quiet)
+    result["compiled_call"] = _compiled_call(quick)
     return result
+
+
+def _compiled_call(quick: bool) -> dict[str, dict[str, float]] | None:
+    """What a ``torch.compile``'d call costs on this host beyond the extern GEMM calls it makes, per
+    mode (``inference``: under ``no_grad``; ``training``: forward, ``.sum()`` and backward):
+    ``call_us`` (Dynamo's guards, the compiled wrappers, the backward's compiled node) and
+    ``extern_us`` (per extern GEMM call: the generated Python around it, the guards and arguments of
+    its layer's parameters). ``nn.Sequential`` of ``COMPILED_PROBE_LAYERS`` ``nn.Linear(8, 8)`` layers,
+    one thread, the fastest of interleaved rounds; each call's time less its extern calls' own time
+    (``addmm``, and in training two ``mm`` per layer, timed as plain calls) and, in training, less an eager
+    ``sum().backward()`` of a leaf (the loss and the autograd engine's call, which the eager step pays too).
+    The per-layer slope is ``extern_us`` (÷ 3 extern calls per layer in training); the rest ``call_us``.
+    ``None`` where torch.compile cannot run here (no C++ compiler for Inductor, an unsupported Python)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _compiled_call_probe(torch, quick)
+    except Exception:  # noqa: BLE001 — any failure of Dynamo/Inductor here means: not measured
+        return None
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _compiled_call_probe(torch: Any, quick: bool) -> dict[str, dict[str, float]]:
+    calls, rounds = COMPILED_PROBE_CALLS[quick], COMPILED_PROBE_ROUNDS[quick]
+    x, w, b = torch.rand(4, 8), torch.rand(8, 8), torch.rand(8)
+    leaf = torch.rand(4, 8, requires_grad=True)
+    addmm = _per_call(lambda: torch.addmm(b, x, w), 20 * calls, rounds)
+    mm = _per_call(lambda: torch.mm(x, w), 20 * calls, rounds)
+    loss = _per_call(lambda: leaf.sum().backward(), 5 * calls, rounds)
+    out: dict[str, dict[str, float]] = {}
+    for mode in ("inference", "training"):
+        kept = {}
+        for layers in COMPILED_PROBE_LAYERS:
+            torch.manual_seed(0)
+            model = torch.compile(torch.nn.Sequential(*(torch.nn.Linear(8, 8) for _ in range(layers))))
+            if mode == "inference":
+                def step(model=model) -> None:
+                    with torch.no_grad():
+                        model(x)
+                own = layers * addmm
+            else:
+                def step(model=model) -> None:
+                    model(x).sum().backward()
+                own = layers * (addmm + 2 * mm) + loss
+            kept[layers] = _per_call(step, calls, rounds) - own
+        few, many = COMPILED_PROBE_LAYERS
+        per_layer = (kept[many] - kept[few]) / (many - few)
+        out[mode] = {"call_us": round(max(0.0, kept[few] - few * per_layer), 2),
+                     "extern_us": round(max(0.0, per_layer / (1 if mode == "inference" else 3)), 2)}
+    torch._dynamo.reset()  # the probe's graphs go
+    return out
+
+
+def _per_call(fn: Any, calls: int, rounds: int) -> float:
+    """µs per call of ``fn``: the fastest of ``rounds`` rounds of ``calls`` calls, after a warm-up."""
+    for _ in range(10):
+        fn()
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best * 1e6
+
+
+def _plain(value: Mapping) -> dict:
+    """A read-only mapping (nested) as plain dicts, for JSON."""
+    return {k: _plain(v) if isinstance(v, Mapping) else v for k, v in value.items()}
 
 
 def _profiler_op_us(quick: bool, quiet: Any = None) -> float | None:
@@ -467,6 +550,7 @@ def _entry(identity: DeviceIdentity, measured: dict[str, Any], quick: bool, torc
             "name": f"{identity.name}, calibrated",
             "kind": "cpu",
             "profiler_op_us": measured.get("profiler_op_us"),
+            "compiled_call": measured.get("compiled_call"),
             "vendor": identity.vendor,
             "sm_count": identity.cores,
             "memory_gb": None,
