@@ -146,7 +146,10 @@ def test_tiny_ops_get_a_host_overhead_finding(traces):
     assert plain <= t.total_us * t.unprofiled_step_us / t.step_us
     assert any("after it stopped" in e and "µs per recorded op" in e for e in f.evidence)
     assert f.est_saving_pct >= 10.0
-    assert "gaps" in f.evidence[0] and "optimizer step" in f.evidence[3]
+    assert "gaps" in f.evidence[0]
+    assert "optimizer step" in next(e for e in f.evidence if e.startswith("gaps by where"))
+    # What the compiled step would still pay stays out of the saving: a training step's calls.
+    assert any(e.startswith("a compiled step still pays") and "(training, " in e for e in f.evidence)
     # The gaps lie in backward, the optimizer loop and outside any module: compile the step (not
     # "the model": there is none) and batch the 300 per-parameter updates.
     assert "train_step = torch.compile(train_step)" in f.fix and "model = torch.compile" not in f.fix

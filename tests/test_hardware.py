@@ -475,6 +475,10 @@ def test_quick_calibration_is_positive_and_round_trips(calibrated, monkeypatch):
     assert all(0 <= c[k] < 5000 for c in compiled.values() for k in ("call_us", "extern_us"))
     assert compiled["training"]["call_us"] > compiled["inference"]["call_us"] > 0
     assert read_calibration("cpu").to_record()["values"]["compiled_call"] == compiled
+    # and the process reads as never having compiled (bwdiag's capture skips its module annotations
+    # once torch.compile has graphs)
+    from bwdiag.capture.annotate import compiled_graphs_present
+    assert not compiled_graphs_present()
     # and a CPU trace now uses it
     resolved, warnings = resolve_device(None, trace_kind="cpu")
     assert resolved.spec_source is SpecSource.CALIBRATED and warnings == []

@@ -13,6 +13,25 @@ from tests.rule_context import context, kernel, op, rank
 ANNOT = "user_annotation"
 
 
+@pytest.fixture(autouse=True)
+def _no_compiled_call_cost(monkeypatch):
+    """These steps are tens of µs: what compiled code keeps per call (tens of µs, compiled_calls.py)
+    would swallow their gaps, so it is zero here unless a test's calibration gives it."""
+    from bwdiag.diagnose.findings import compiled_calls
+
+    monkeypatch.setattr(compiled_calls, "COMPILED_CALL",
+                        {mode: {"call_us": 0.0, "extern_us": 0.0} for mode in ("inference", "training")})
+
+
+def _calibrated(ctx, values: dict):
+    """``ctx`` as diagnosed with a calibration of its host that measured ``values``."""
+    import dataclasses
+
+    calibration = {"path": "calibration-cpu.json", "origin": "local", "values": values}
+    device = dataclasses.replace(ctx.diagnosis.device, calibration=calibration)
+    return dataclasses.replace(ctx, diagnosis=dataclasses.replace(ctx.diagnosis, device=device))
+
+
 def cpu(name: str, o: int, ts: float, end: float) -> dict:
     """The activity row of leaf CPU op ``o``."""
     return kernel(name, op=o, ts=ts, dur=end - ts, category="elementwise", bound="memory", kind="cpu_op",
@@ -99,12 +118,7 @@ def test_a_framework_that_runs_the_step_gets_its_own_switch(framework, fix):
 
 
 def test_host_overhead_names_the_profiler_cost_the_calibration_measured():
-    import dataclasses
-
-    ctx = context([_tiny_rank()], total_us=2010, trace_kind="cpu")
-    calibration = {"path": "calibration-cpu.json", "origin": "local", "values": {"profiler_op_us": 1.5}}
-    device = dataclasses.replace(ctx.diagnosis.device, calibration=calibration)
-    ctx = dataclasses.replace(ctx, diagnosis=dataclasses.replace(ctx.diagnosis, device=device))
+    ctx = _calibrated(context([_tiny_rank()], total_us=2010, trace_kind="cpu"), {"profiler_op_us": 1.5})
     (r,) = dispatch.host_overhead(ctx)
     # The same 8 recorded ops at this host's measured 1.5 µs: 12 µs, still not subtracted (saving 40 µs).
     assert ("≈12 µs of the gaps is the profiler's own recording (8 recorded ops × 1.5 µs, measured on this host "
@@ -290,3 +304,56 @@ def test_tiny_ops_in_a_long_run_are_fused_away_with_their_gaps():
     ctx = _with_unprofiled(context([_run_rank(extern_at=20)], total_us=200, trace_kind="cpu", step_us=200), 160)
     (r,) = dispatch.host_overhead(ctx)
     assert r.est_saving_us == pytest.approx((117 - 39 * 1.0) * 200 / 160) and not r.acts
+
+
+#: What compiled code costs per call on a made-up host: the mode the trace runs in picks its pair.
+COMPILED = {"compiled_call": {"inference": {"call_us": 3.0, "extern_us": 1.0},
+                              "training": {"call_us": 5.0, "extern_us": 2.0}}}
+
+
+def test_a_compiled_step_keeps_its_calls_and_extern_calls():
+    a = _extern_rank()
+    # The model's forward 0–135 and a loss module 138–150 (compiling the model does not compile it).
+    for name, ts, end in (("nn.Module: Net", 0, 135), ("nn.Module: CrossEntropyLoss", 138, 150)):
+        a.trace.ops.loc[len(a.trace.ops)] = op(name, cat=ANNOT, ts=ts, end=end, module=name[11:])
+    ctx = _with_unprofiled(context([a], total_us=200, trace_kind="cpu", step_us=200), 190)
+    (r,) = dispatch.host_overhead(_calibrated(ctx, COMPILED))
+    # As in test_extern_kernels_stay_recorded_in_a_compiled_step: 30 µs of gaps − 6.667 µs of recording
+    # removed. No backward: inference. One compiled call (Net's forward) × 3 µs + 2 extern calls (addmm;
+    # the leaf linear) × 1 µs = 5 µs the compiled step keeps: (30 − 6.667 − 5) × 200 / 190.
+    assert r.est_saving_us == pytest.approx((30 - 4 * 10 / 6 - 5) * 200 / 190)
+    assert ("a compiled step still pays 1 compiled calls × 3 µs (Dynamo's guards, the AOTAutograd wrappers) + 2 "
+            "GEMM/convolution/attention calls × 1 µs of generated code around each (inference, measured on this "
+            "host by bwdiag calibrate) = 5 µs, which stays") in r.finding.evidence
+    assert "− 5 µs the compiled code keeps (below)" in r.finding.evidence[1]
+
+
+def test_without_modules_a_compiled_step_is_one_call_a_step():
+    # _tiny_rank records no module forward: the compiled function is the step's, called once a step;
+    # the 2,010 µs window holds two 1,005 µs steps. A backward and an optimizer step: training,
+    # 2 calls × 5 µs, no extern kernel. No unprofiled step: the gaps' 40 µs − 10.
+    ctx = _calibrated(context([_tiny_rank()], total_us=2010, trace_kind="cpu", step_us=1005), COMPILED)
+    (r,) = dispatch.host_overhead(ctx)
+    assert r.est_saving_us == pytest.approx(40 - 2 * 5) and r.idle_us == pytest.approx(30)
+    assert any("2 compiled calls × 5 µs (Dynamo's guards, the AOTAutograd wrappers, the compiled backward node)"
+               in e and "(training, " in e for e in r.finding.evidence)
+
+
+
+def test_a_step_compiled_already_keeps_nothing_more():
+    # A trace with a compiled region: the fix is its graph breaks, and what its compiled calls cost is
+    # in the trace already — the same saving with or without the per-call costs, and no line for them.
+    a = _run_rank()
+    a.activities.loc[len(a.activities)] = kernel("CompiledFxGraph f (Inductor code)", ts=200, dur=2,
+                                                 category="elementwise", bound="memory", kind="compiled", stream=1)
+    ctx = context([a], total_us=202, trace_kind="cpu", step_us=101)
+    (plain,) = dispatch.host_overhead(ctx)
+    (r,) = dispatch.host_overhead(_calibrated(ctx, COMPILED))
+    assert r.est_saving_us == pytest.approx(plain.est_saving_us) and r.est_saving_us > 0
+    assert not any("a compiled step still pays" in e for e in r.finding.evidence)
+    # The same trace without the compiled region: no backward (inference), no modules, two steps in the
+    # window — 2 calls × 3 µs kept, no extern call.
+    ctx = context([_run_rank()], total_us=200, trace_kind="cpu", step_us=100)
+    (eager,) = dispatch.host_overhead(ctx)
+    (kept,) = dispatch.host_overhead(_calibrated(ctx, COMPILED))
+    assert kept.est_saving_us == pytest.approx(eager.est_saving_us - 2 * 3)

@@ -347,8 +347,10 @@ def _compiled_call(quick: bool) -> dict[str, dict[str, float]] | None:
     The per-layer slope is ``extern_us`` (÷ 3 extern calls per layer in training); the rest ``call_us``.
     ``None`` where torch.compile cannot run here (no C++ compiler for Inductor, an unsupported Python)."""
     import torch
+    from torch._dynamo.utils import counters
 
     threads = torch.get_num_threads()
+    saved = {k: v.copy() for k, v in counters.items()}  # the process reads as never having compiled after
     torch.set_num_threads(1)
     try:
         return _compiled_call_probe(torch, quick)
@@ -356,6 +358,9 @@ def _compiled_call(quick: bool) -> dict[str, dict[str, float]] | None:
         return None
     finally:
         torch.set_num_threads(threads)
+        torch._dynamo.reset()  # the probe's graphs go
+        counters.clear()
+        counters.update(saved)
 
 
 def _compiled_call_probe(torch: Any, quick: bool) -> dict[str, dict[str, float]]:
@@ -385,7 +390,6 @@ def _compiled_call_probe(torch: Any, quick: bool) -> dict[str, dict[str, float]]
         per_layer = (kept[many] - kept[few]) / (many - few)
         out[mode] = {"call_us": round(max(0.0, kept[few] - few * per_layer), 2),
                      "extern_us": round(max(0.0, per_layer / (1 if mode == "inference" else 3)), 2)}
-    torch._dynamo.reset()  # the probe's graphs go
     return out
 
 

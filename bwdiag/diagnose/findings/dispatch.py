@@ -19,13 +19,16 @@ evidence names the recording from ``PROFILER_OP_US`` or the host's ``bwdiag cali
 (``device.calibration.values.profiler_op_us``) — subtracting that from the gaps alone, without the
 fused ops' own time, under-predicted the 300-tensor workload 6× (see benchmarks/README.md). The gaps
 of a per-parameter optimizer step are left out of the saving when the optimizer rule advises a fused
-step: that fix removes them, compiling the step does not.
+step: that fix removes them, compiling the step does not. Either way the saving keeps what the compiled
+code itself costs per call and per extern GEMM call (:mod:`.compiled_calls`) — on the bundled decode
+loop, half of what the eager gaps promised.
 """
 
 from __future__ import annotations
 
 from bwdiag.diagnose.compiled import COMPILED_KIND
 from bwdiag.diagnose.findings.base import RuleContext, RuleResult
+from bwdiag.diagnose.findings.compiled_calls import kept_by_compiled
 from bwdiag.diagnose.findings.helpers import (
     DISPATCH_GAP_US,
     PER_PARAMETER_OPS,
@@ -73,11 +76,12 @@ def host_overhead(ctx: RuleContext) -> list[RuleResult]:
     # per-parameter loop's gaps; compiling the forward/backward does not, so they are not this saving.
     fused_step = [r for r in ctx.prior.get("optimizer", ()) if r.finding.fix]
     moved = sum(g.where.get("optimizer step", [0.0, 0])[0] for _, g in found) / n if fused_step else 0.0
-    saving, idle, acts, plain_line = _saving(ctx, found, measured - moved, bool(fused_step), recorded, per_op)
+    compiled = any((a.activities["kind"] == COMPILED_KIND).any() for a in ctx.analyses)
+    saving, idle, acts, plain_line, kept_line = _saving(ctx, found, measured - moved, bool(fused_step), recorded,
+                                                        per_op, compiled)
     ops = sum(g.ops for _, g in found) / n
     tiny = sum(g.tiny_ops for _, g in found) / n
     is_tiny = tiny >= ops / 2
-    compiled = any((a.activities["kind"] == COMPILED_KIND).any() for a in ctx.analyses)
     # Between long ops, or between torch.compile'd regions (whose small top-level ops are Dynamo's
     # wrappers, not the user's), the gaps are the outer Python loop: advice only when they are large.
     if not ctx.worth_reporting(saving) or ((compiled or not is_tiny) and ctx.pct(saving) < LARGE_OPS_MIN_PCT):
@@ -104,6 +108,7 @@ def host_overhead(ctx: RuleContext) -> list[RuleResult]:
         f"{per_op:g} µs, {per_op_source}); not subtracted: it lengthens the ops too, so the gaps' share of the step is what "
         f"carries over to the script run without the profiler (`bwdiag run` also times steps without it, and the "
         f"saving then subtracts the recording the fix removes)",
+        *([kept_line] if kept_line else []),
         f"{tiny:,.0f} of the {ops:,.0f} ops take under {TINY_OP_US:.0f} µs: per-op dispatch rivals their work"
         if is_tiny else f"{tiny:,.0f} of the {ops:,.0f} ops take under {TINY_OP_US:.0f} µs",
         "gaps by where the next op runs: " + ", ".join(
@@ -121,23 +126,30 @@ def host_overhead(ctx: RuleContext) -> list[RuleResult]:
     return [ctx.finding(FindingKind.HOST_BOUND, title, saving, evidence, fix, acts=acts, idle_us=idle)]
 
 
-def _saving(ctx: RuleContext, found, gaps_us: float, keep_optimizer: bool, recorded: float, per_op: float):
-    """(saving, of it the gap time cut, the fused ops' rows, the evidence line) over the window.
+def _saving(ctx: RuleContext, found, gaps_us: float, keep_optimizer: bool, recorded: float, per_op: float,
+            compiled: bool):
+    """(saving, of it the gap time cut, the fused ops' rows, the recording's evidence line, the compiled
+    code's evidence line) over the window.
 
     Without an unprofiled step: the gaps (their share of the profiled step carries over). With one
     (:func:`~.recording.run_op_us`): the gaps plus the own time of the tiny ops a compiled step fuses
     away, less this run's recording cost of every op the fix stops dispatching, is what the plain
     script saves; it is given as the same share of the profiled step (× profiled ÷ unprofiled step),
-    as every saving is."""
+    as every saving is. Either way, less what the compiled code itself costs per call
+    (:mod:`.compiled_calls`) — unless the step is compiled already (the fix is then the graph breaks)."""
+    n = ctx.ranks
+    removed = {pos: compiled_away(ctx.analyses[pos], g, keep_optimizer) for pos, g in found}
+    kept = None if compiled else kept_by_compiled(ctx, found, sum(r.externs for r in removed.values()) / n)
+    kept_us = kept.us if kept is not None else 0.0
+    kept_line = kept.line(fmt_time) if kept is not None and kept.us > 0 else None
     scale = ctx.step_scale
     k = run_op_us(ctx, recorded * scale) if scale else None
     if k is None:
-        return gaps_us, gaps_us, None, None
-    n = ctx.ranks
-    removed = {pos: compiled_away(ctx.analyses[pos], g, keep_optimizer) for pos, g in found}
+        saving = max(0.0, gaps_us - kept_us)
+        return saving, saving, None, None, kept_line
     gone = sum(r.recorded for r in removed.values()) / n
     fused = sum(r.fused_us for r in removed.values()) / n
-    plain = max(0.0, gaps_us + fused - k * gone)
+    plain = max(0.0, gaps_us + fused - k * gone - kept_us)
     t = ctx.diagnosis.time
     saving = plain * t.step_us / t.unprofiled_step_us
     idle = saving * gaps_us / (gaps_us + fused) if gaps_us + fused > 0 else 0.0
@@ -150,9 +162,11 @@ def _saving(ctx: RuleContext, found, gaps_us: float, keep_optimizer: bool, recor
             f"{fmt_time(gaps_us)} of gaps"
             + (f" + {fmt_time(fused)} of {sum(len(r.fused_rows) for r in removed.values()) / n:,.0f} tiny ops fused "
                f"away (runs of {FUSED_RUN_OPS}+ between kernel calls)" if fused > 0 else "")
-            + f" − {fmt_time(k * gone)} = {fmt_time(plain)} of the plain script's time; as a share of the profiled "
+            + f" − {fmt_time(k * gone)}"
+            + (f" − {fmt_time(kept_us)} the compiled code keeps (below)" if kept_us > 0 else "")
+            + f" = {fmt_time(plain)} of the plain script's time; as a share of the profiled "
             f"step → {ctx.per_step(saving)}")
-    return saving, idle, acts, line
+    return saving, idle, acts, line, kept_line
 
 
 def _fix(ctx: RuleContext, found, where: dict, is_tiny: bool, compiled: bool) -> str:

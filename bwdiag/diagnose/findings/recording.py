@@ -58,6 +58,7 @@ class Removed:
     recorded: int  # recorded ops (nested ones included) it no longer runs
     fused_rows: np.ndarray  # activity rows of tiny leaf ops in runs of FUSED_RUN_OPS or more
     fused_us: float  # their time
+    externs: int = 0  # extern kernel calls (outermost) it still makes
 
 
 def compiled_away(a, g: HostGaps, keep_optimizer: bool) -> Removed:
@@ -75,12 +76,13 @@ def compiled_away(a, g: HostGaps, keep_optimizer: bool) -> Removed:
     cat = op_column(ops, "cat") if "cat" in ops.columns else np.full(len(ops), "cpu_op", dtype=object)
     mine = (op_column(ops, "tid") == g.tid) & (end > start) & (ts < stop)
     cpu = mine & (cat == "cpu_op")
-    stays, unfused = _extern(names, parent, cpu)
+    stays, unfused, calls = _extern(names, parent, cpu)
     spans = [i for i in np.flatnonzero(mine & (cat != "cpu_op")) if _skipped(names[i], keep_optimizer)]
     for i in spans:
         within = cpu & (ts >= ts[i]) & (end <= end[i])
         stays |= within
         unfused |= within
+        calls &= ~within
     recorded = int((cpu & ~stays).sum())
 
     act_op = acts["op"].to_numpy()
@@ -93,12 +95,13 @@ def compiled_away(a, g: HostGaps, keep_optimizer: bool) -> Removed:
     runs = (seg[fusible[seg]] for seg in np.split(np.arange(len(rows)), np.flatnonzero(~fusible)))
     fused = [run for run in runs if len(run) >= FUSED_RUN_OPS]
     picked = rows[np.concatenate(fused)] if fused else np.zeros(0, dtype=int)
-    return Removed(recorded, picked, float(acts["dur"].to_numpy(float)[picked].sum()))
+    return Removed(recorded, picked, float(acts["dur"].to_numpy(float)[picked].sum()), int(calls.sum()))
 
 
-def _extern(names: np.ndarray, parent: np.ndarray, cpu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _extern(names: np.ndarray, parent: np.ndarray, cpu: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ops that stay recorded in a compiled step: extern kernels, what they hold, leaf extern wrappers;
-    ops a fused loop cannot absorb: those, any wrapper, and any op that holds a kernel)."""
+    ops a fused loop cannot absorb: those, any wrapper, and any op that holds a kernel; the extern calls
+    the compiled code makes: kernels not inside another, and leaf wrappers)."""
     kernel = cpu & np.array([bool(EXTERN_KERNELS.match(n)) for n in names], dtype=bool)
     wrapper = cpu & np.array([bool(EXTERN_WRAPPERS.match(n)) for n in names], dtype=bool)
     has_child = np.zeros(len(names), dtype=bool)
@@ -111,7 +114,7 @@ def _extern(names: np.ndarray, parent: np.ndarray, cpu: np.ndarray) -> tuple[np.
             holds[j] |= kernel[i]
             j = parent[j]
     stays = kernel | inside | (wrapper & ~has_child)
-    return stays, stays | wrapper | holds
+    return stays, stays | wrapper | holds, (kernel & ~inside) | (wrapper & ~has_child & ~inside)
 
 
 def _skipped(name: str, keep_optimizer: bool) -> bool:
