@@ -252,6 +252,7 @@ def diff_command(before: str, after: str, out_dir: Path | None, force: bool, fai
     from bwdiag import diff
     from bwdiag.diff.render import print_diff
 
+    diff.check_inputs(before, after)  # a missing side is the first thing to say
     out_dir = out_dir or diff.default_out(after)
     diff.check_output_dir(out_dir, force=force)  # fail before the (long) analysis
     doc = diff.diff(before, after, fail_if_slower=fail_if_slower, device_spec=device_spec,

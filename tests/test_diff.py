@@ -222,6 +222,19 @@ def test_a_missing_side_is_one_line_and_exit_2(tmp_path):
     assert not (tmp_path / "d").exists()
 
 
+def test_a_missing_side_is_named_before_an_existing_output_folder(tmp_path):
+    # the output folder already holds a diff: the missing input is still the first thing said
+    out = tmp_path / "d"
+    out.mkdir()
+    (out / "diff.json").write_text("{}")
+    missing = tmp_path / "nope"
+    result = _cli("diff", str(missing), str(tmp_path), "-o", str(out))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert f"BEFORE {missing}: no such file or folder" in result.stderr
+    assert "no such file or folder" in result.stderr and "already" not in result.stderr
+    assert (out / "diff.json").read_text() == "{}"
+
+
 def test_a_damaged_diagnosis_json_is_one_line_and_exit_2(tmp_path):
     trace = shared_trace(H100_BERT)
     damaged = tmp_path / "run"

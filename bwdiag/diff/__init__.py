@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from bwdiag.diff.compare import SCHEMA, compare, gate
-from bwdiag.errors import OutputError
+from bwdiag.errors import BwdiagError, OutputError
 
 OUTPUT_NAMES = {"json": "diff.json", "html": "diff.html"}
 
-__all__ = ["SCHEMA", "OUTPUT_NAMES", "compare", "gate", "default_out", "check_output_dir", "diff",
+__all__ = ["SCHEMA", "OUTPUT_NAMES", "compare", "gate", "default_out", "check_inputs", "check_output_dir", "diff",
            "write_outputs"]
 
 
@@ -26,6 +26,13 @@ def default_out(after: str | os.PathLike) -> Path:
     from bwdiag.diff.inputs import side_name
 
     return Path(f"bwdiag-diff-{side_name(after)}")
+
+
+def check_inputs(before: str | os.PathLike, after: str | os.PathLike) -> None:
+    """Refuse a side that does not exist, before anything else is checked or analysed."""
+    for which, path in (("BEFORE", before), ("AFTER", after)):
+        if not Path(path).exists():
+            raise BwdiagError(f"{which} {path}: no such file or folder")
 
 
 def check_output_dir(out_dir: Path, *, force: bool = False) -> None:

@@ -7,12 +7,13 @@ Units. Every time is **per median complete step** when both runs have complete s
 total ``x`` becomes ``x × step_us ÷ window_us``, as ``Finding.est_saving_per_step_us`` is made), else
 per analysed window (``"unit": "window"``); kernel-group times are the mean over ranks.
 
-Noise rule. The run-to-run noise of one run is half the range of its complete steps' durations
-(``(max − min) / 2``), leaving out the steps the diagnosis flags abnormal (over 1.5× the median: a
-checkpoint or a recompilation is an event, not noise); the diff's noise is the larger of the two
-runs'. A change of the median step is *beyond the noise* when ``|Δmedian| > noise``. With one
-recorded step on both sides the noise is unknown (``noise_known: false``) and taken as 0.
-``--fail-if-slower PCT`` fails when ``Δmedian > noise + PCT% × median_before``.
+Noise rule (:mod:`bwdiag.diff.noise`). A change of the median step is *beyond the noise* when
+``|Δmedian| > noise``. With eight or more ordinary steps on each side (steps over 1.5× the median
+are events — a checkpoint, a recompilation — not noise) the noise is the larger of 3 standard errors
+of the medians' difference and the drift either run shows within itself; with fewer, half the
+larger range of the two runs' steps. With one recorded step on both sides the noise is unknown
+(``noise_known: false``) and taken as 0. ``--fail-if-slower PCT`` fails when
+``Δmedian > noise + PCT% × median_before``.
 
 Findings. Each finding of BEFORE is looked for in AFTER (same kind and the same title with its
 numbers blanked out; else the only finding of that kind on both sides). Its status compares the
@@ -33,7 +34,7 @@ from typing import Any, Iterable
 
 from bwdiag._version import __version__
 from bwdiag.diagnose.model import TIME_KEYS, Diagnosis, Finding, KernelRow
-from bwdiag.diagnose.steps import ABNORMAL_RATIO
+from bwdiag.diff import noise as step_noise
 from bwdiag.hardware.host import oversubscribed
 
 SCHEMA = "bwdiag/diff@1"
@@ -101,11 +102,13 @@ def headline(doc: dict[str, Any]) -> dict[str, Any]:
     if u and u.get("verdict"):
         return {"source": "unprofiled", **{k: u[k] for k in ("before_us", "after_us", "delta_us", "delta_pct",
                                                              "noise_us", "beyond_noise", "verdict", "clock")},
+                "noise_method": u.get("noise_method"),
                 "noise_known": True, "steps": [u["steps_before"], u["steps_after"]]}
     return {"source": "recorded", "before_us": s["before"]["median_us"], "after_us": s["after"]["median_us"],
             "delta_us": s["delta_us"], "delta_pct": s["delta_pct"], "noise_us": s["noise_us"],
             "beyond_noise": s["beyond_noise"], "verdict": s["verdict"], "clock": None,
-            "noise_known": s["noise_known"], "steps": [s["before"]["steps"], s["after"]["steps"]]}
+            "noise_known": s["noise_known"], "noise_method": s.get("noise_method"),
+            "steps": [s["before"]["steps"], s["after"]["steps"]]}
 
 
 # ------------------------------------------------------------------------------------ the step
@@ -138,13 +141,14 @@ def _side_step(d: Diagnosis, per_step: bool) -> dict[str, Any]:
     # when slow steps are a pattern)
     return {"median_us": t.step_us, "statistic": t.step_statistic, "min_us": lo, "max_us": hi, "spread_us": spread,
             "steps": t.steps or len(durations), "durations_us": durations, "step_ids": list(t.step_ids),
-            "abnormal_steps": sorted(abnormal)}
+            "abnormal_steps": sorted(abnormal), "_ordinary": ordinary or [lo, hi]}
 
 
 def _step_section(before: Diagnosis, after: Diagnosis, per_step: bool) -> dict[str, Any]:
     b, a = _side_step(before, per_step), _side_step(after, per_step)
     delta = a["median_us"] - b["median_us"]
-    noise = max(b["spread_us"], a["spread_us"]) / 2.0
+    rule = step_noise.noise(b.pop("_ordinary"), a.pop("_ordinary"))
+    noise = rule["noise_us"]
     noise_known = per_step and max(b["steps"], a["steps"]) > 1
     beyond = abs(delta) > noise
     verdict = "no change" if not beyond else ("slower" if delta > 0 else "faster")
@@ -156,9 +160,8 @@ def _step_section(before: Diagnosis, after: Diagnosis, per_step: bool) -> dict[s
         "speedup": b["median_us"] / a["median_us"] if a["median_us"] else None,
         "noise_us": noise,
         "noise_known": noise_known,
-        "noise_rule": "beyond the noise when |after median - before median| > max(before range, after range) / 2, "
-                      "a range being max - min of the complete steps' durations, steps flagged abnormal "
-                      "(over 1.5x the median) left out",
+        "noise_method": rule["method"],
+        "noise_rule": step_noise.RULE,
         "beyond_noise": beyond,
         "verdict": verdict,
         "unprofiled": _unprofiled(before, after),
@@ -176,18 +179,14 @@ def _unprofiled(before: Diagnosis, after: Diagnosis) -> dict[str, Any] | None:
            else "mixed"}
     db, da = before.time.unprofiled_step_durations_us, after.time.unprofiled_step_durations_us
     if min(len(db), len(da)) >= MIN_UNPROFILED_STEPS and out["clock"] != "mixed":
-        # the same noise rule as the recorded steps': half the larger range of the ordinary steps
-        noise = max(_ordinary_range(db, b), _ordinary_range(da, a)) / 2.0
+        # the same noise rule as the recorded steps'
+        rule = step_noise.noise(step_noise.ordinary(db, b), step_noise.ordinary(da, a))
+        noise = rule["noise_us"]
         beyond = abs(a - b) > noise
-        out.update(noise_us=noise, beyond_noise=beyond, steps_before=len(db), steps_after=len(da),
+        out.update(noise_us=noise, noise_method=rule["method"], beyond_noise=beyond, steps_before=len(db),
+                   steps_after=len(da),
                    verdict="no change" if not beyond else ("slower" if a > b else "faster"))
     return out
-
-
-def _ordinary_range(durations, step_us: float) -> float:
-    """max − min of the steps not over 1.5× the step time (those are events, not noise)."""
-    ordinary = [x for x in durations if x <= ABNORMAL_RATIO * step_us] or list(durations)
-    return max(ordinary) - min(ordinary)
 
 
 # ---------------------------------------------------------------------------- time by bound

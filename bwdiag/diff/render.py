@@ -41,17 +41,27 @@ def _change(before_us: float, after_us: float, delta_us: float, delta_pct: float
     return head + ")"
 
 
+#: How the noise was told (``bwdiag.diff.noise``), in the verdict's words.
+NOISE_METHODS = {"half range": "half the larger range of the steps",
+                 "median error": "3 standard errors of the medians' difference",
+                 "drift": "the drift a run shows within itself"}
+
+
 def verdict_line(doc: dict[str, Any]) -> str:
     """The verdict on the steps the diff compares (``doc["headline"]``: unprofiled or recorded)."""
     h = doc["headline"]
     unprofiled = h["source"] == "unprofiled"
     what = "unprofiled step" if unprofiled else ("step" if doc["unit"] == "step" else "window")
     head = f"{what} {_change(h['before_us'], h['after_us'], h['delta_us'], h['delta_pct'])}"
+    how = NOISE_METHODS.get(h.get("noise_method"))
+    how = f"{how}, " if how else ""
     if unprofiled:
-        noise = (f"noise ±{fmt_time(h['noise_us'])} ({h['steps'][0]} and {h['steps'][1]} steps run without the "
+        noise = (f"noise ±{fmt_time(h['noise_us'])} ({how}{h['steps'][0]} and {h['steps'][1]} steps run without the "
                  f"profiler, the captures' own {h['clock']} clock)")
+    elif h["noise_known"]:
+        noise = f"noise ±{fmt_time(h['noise_us'])}" + (f" ({how[:-2]})" if how else "")
     else:
-        noise = f"noise ±{fmt_time(h['noise_us'])}" if h["noise_known"] else "noise unknown (one step each)"
+        noise = "noise unknown (one step each)"
     if h["verdict"] == "no change":
         return f"No change beyond the noise: {head}; {noise}"
     word = "Faster" if h["verdict"] == "faster" else "Slower"
