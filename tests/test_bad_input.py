@@ -358,3 +358,39 @@ def test_launches_without_device_activity_in_an_intact_file_are_named(tmp_path):
     assert res.exit_code == 0, (res.stderr, res.exception)
     d = json.loads((tmp_path / "out" / "diagnosis.json").read_text())
     assert any("20 kernel launches are recorded but no GPU activity" in w for w in d["warnings"])
+
+
+def test_a_gpu_trace_cut_inside_its_host_events_is_refused(tmp_path):
+    """The helper's case: a real H100 trace's gzip cut at 30,000 bytes keeps only host events (no
+    launch, no deviceProperties: Kineto writes those later), but its ``[memory]`` events on
+    Device Type 1 (CUDA) say the ops ran on a GPU: no CPU diagnosis of them."""
+    import gzip
+
+    from conftest import H100_BERT, shared_trace
+
+    whole = gzip.decompress(shared_trace(H100_BERT).read_bytes())
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(gzip.compress(whole)[:30_000])
+    res = run(["analyze", str(cut), "-o", str(tmp_path / "out")])
+    # (how many of the memory events survive depends on the compressor's block boundaries)
+    refused(res, str(cut), "memory events on a GPU are recorded but no launch or GPU activity was recovered",
+            "copy the whole file again")
+    assert "cut or damaged before its GPU activity: " in res.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_memory_events_on_a_gpu_in_an_intact_cpu_only_recording_are_named(tmp_path):
+    # profile_memory=True without ProfilerActivity.CUDA: CUDA allocations, host events only
+    memory = [{"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1,
+               "ts": 10 * i + 2, "args": {"Device Type": 1, "Device Id": 0, "Bytes": 4096, "Addr": 1 + i}}
+              for i in range(5)]
+    memory.append({**memory[0], "args": {**memory[0]["args"], "Device Type": 0}})  # one on the CPU
+    host = [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5,
+             "args": {"Input Dims": [[1024], [1024]], "Input type": ["float", "float"]}} for i in range(20)]
+    path = tmp_path / "cpu_only.json"
+    path.write_text(json.dumps({"traceEvents": host + memory}))
+    res = run(["analyze", str(path), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 0, (res.stderr, res.exception)
+    d = json.loads((tmp_path / "out" / "diagnosis.json").read_text())
+    assert any("5 memory events on a GPU are recorded but no launch or GPU activity" in w for w in d["warnings"])
+    assert d["source"]["trace_kind"] == "cpu"

@@ -91,6 +91,9 @@ class EventTables:
     unknown_categories: dict[str, int] = field(default_factory=dict)
     repaired: dict[str, int] = field(default_factory=dict)  # kept events with a field missing, by field
     accelerators: dict[str, int] = field(default_factory=dict)  # "mtia"/"xpu"/... → events seen
+    #: ``[memory]`` instant events (profile_memory=True) by the c10 device type they name (0 CPU,
+    #: 1 CUDA — HIP builds report 1 too): a trace whose device part is lost still shows the GPU here
+    memory_devices: dict[int, int] = field(default_factory=dict)
 
 
 # Bounds beyond which a time is garbage, not a measurement: a year-long event, a timestamp past 5000 AD.
@@ -201,6 +204,7 @@ class Tabulator:
         self.skipped: dict[str, int] = {}
         self.unknown: dict[str, int] = {}
         self.accelerators: dict[str, int] = {}
+        self.memory_devices: dict[int, int] = {}
         self.no_args = 0  # GPU activities and runtime calls recorded without args
         self.t0 = math.inf
         self._strings: dict = {}  # one object per distinct name / pid / tid value
@@ -210,6 +214,11 @@ class Tabulator:
 
     def _skip(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
+
+    def _memory_event(self, args) -> None:
+        device = _int(args.get("Device Type")) if type(args) is dict else None
+        if device is not None:
+            self.memory_devices[device] = self.memory_devices.get(device, 0) + 1
 
     def _sig(self, dims, types, concrete, strides) -> tuple[int, tuple]:
         """Id and shared objects of one op's argument signature (equal signatures share one copy)."""
@@ -252,6 +261,8 @@ class Tabulator:
             if kind is None:
                 if isinstance(cat, str) and ev.get("ph") == "X":
                     self.unknown[cat] = self.unknown.get(cat, 0) + 1
+                elif cat == "cpu_instant_event" and ev.get("name") == "[memory]":
+                    self._memory_event(ev.get("args"))
                 continue
             if kind == "ac2g" and ev.get("ph") != "s":
                 continue  # flow ends: the start carries the launch thread and time
@@ -396,7 +407,7 @@ class Tabulator:
                 col.extend(theirs.cols[c])
         self.flows.update(part.flows)
         for mine, theirs in ((self.skipped, part.skipped), (self.unknown, part.unknown),
-                             (self.accelerators, part.accelerators)):
+                             (self.accelerators, part.accelerators), (self.memory_devices, part.memory_devices)):
             for k, v in theirs.items():
                 mine[k] = mine.get(k, 0) + v
         self.t0 = min(self.t0, part.t0)
@@ -413,7 +424,7 @@ class Tabulator:
         flows = {k: (p, t, ts - t0) for k, (p, t, ts) in self.flows.items()}
         repaired = {"args": self.no_args} if self.no_args else {}
         return EventTables(gpu, ops, runtime, annotations, modules, flows, t0, self.skipped, self.unknown, repaired,
-                           dict(self.accelerators))
+                           dict(self.accelerators), dict(self.memory_devices))
 
 
 _HASHABLE = (int, str)

@@ -202,8 +202,13 @@ def _clock_beside(path) -> dict[str, Any] | None:
 _LAUNCHES = re.compile(r"(?:cuda|hip|cu)(?:LaunchKernel|LaunchKernelExC|GraphLaunch)|hipExtModuleLaunchKernel|cuLaunchKernelEx")
 
 
+#: c10's DeviceType of a CUDA (or HIP: ROCm builds report CUDA) device in ``[memory]`` events.
+CUDA_DEVICE_TYPE = 1
+
+
 def _check_device_side(path: Path, tables: EventTables, metadata: dict[str, Any], warnings: list[str]) -> None:
-    """A GPU trace (kernel launches recorded, or GPUs in ``deviceProperties``) with no device activity:
+    """A GPU trace (kernel launches recorded, GPUs in ``deviceProperties``, or memory events on a GPU)
+    with no device activity:
     refuse a damaged file — it was cut before Kineto's device events, which follow the host's, and
     analysing its host side as a CPU trace would mislead — and warn for an intact one with launches
     (CUPTI recorded nothing: only the host side is analysed)."""
@@ -212,9 +217,11 @@ def _check_device_side(path: Path, tables: EventTables, metadata: dict[str, Any]
     launches = 0 if tables.runtime.empty else \
         int(tables.runtime["name"].astype(str).str.contains(_LAUNCHES).sum())
     gpus = [p for p in (metadata.get("deviceProperties") or []) if isinstance(p, dict)]
-    if warnings and (launches or gpus):  # the reader salvaged a damaged file
+    on_gpu = tables.memory_devices.get(CUDA_DEVICE_TYPE, 0)
+    if warnings and (launches or gpus or on_gpu):  # the reader salvaged a damaged file
         what = f"{launches:,} kernel launches are recorded but none of their kernels" if launches else \
-            f"its deviceProperties list {len(gpus)} GPU{'s' if len(gpus) != 1 else ''} but no GPU activity was recovered"
+            f"its deviceProperties list {len(gpus)} GPU{'s' if len(gpus) != 1 else ''} but no GPU activity was recovered" \
+            if gpus else f"{on_gpu:,} memory events on a GPU are recorded but no launch or GPU activity was recovered"
         raise TraceError(
             f"{path}: the file is cut or damaged before its GPU activity: {what} (Kineto writes the device "
             "events after the host's); copy the whole file again or re-export it"
@@ -222,6 +229,10 @@ def _check_device_side(path: Path, tables: EventTables, metadata: dict[str, Any]
     if launches:
         warnings.append(f"{path.name}: {launches:,} kernel launches are recorded but no GPU activity (CUPTI "
                         "recorded no device events): only the host side is analysed, against CPU ceilings")
+    elif on_gpu:
+        warnings.append(f"{path.name}: {on_gpu:,} memory events on a GPU are recorded but no launch or GPU "
+                        "activity (the profiler ran without ProfilerActivity.CUDA): the ops' times are host "
+                        "times, analysed against CPU ceilings; record with activities=[CPU, CUDA] to see the GPU")
 
 
 def _align_graph_replays(path: Path, tables: EventTables, stats: LinkStats,
