@@ -195,7 +195,7 @@ def test_fusion_title_over_two_module_patterns():
     (r,) = fusion.fusion(context([rank(ops, acts)], total_us=200))
     # each run: 4 MiB intermediate written and read back, 20 MiB in 20 µs → 8 µs; two runs: 16 µs
     assert r.est_saving_us == pytest.approx(16.0)
-    assert "Fuse 2 ops in model.{blocks.*.mlp, head}" in r.title
+    assert r.title.startswith("Fuse 2 ops (add → relu) in model.{blocks.*.mlp, head}")
 
 
 def test_foreach_adamw_does_not_run_per_parameter():
@@ -241,3 +241,14 @@ def test_foreach_adamw_on_cpu_loops_inside_the_foreach_op_and_is_not_per_paramet
         ops[1 + 2 * k]["name"] = "aten::linear"  # any wrapper that is not foreach
     (r,) = optimizer.per_parameter_optimizer(context([rank(ops, acts)], total_us=100, trace_kind="cpu"))
     assert r.est_saving_us == pytest.approx(18.0)
+
+
+def test_a_long_chain_title_names_its_ends():
+    from bwdiag.diagnose.findings.fusion import TITLE_OPS, _sequence
+
+    names = tuple(f"aten::op{i}" for i in range(14))
+    assert TITLE_OPS == 5
+    assert _sequence(names[:5], TITLE_OPS) == "op0 → op1 → op2 → op3 → op4"
+    assert _sequence(names[:6], TITLE_OPS) == "op0 → op1 → op2 → … → op5"
+    # evidence keeps up to 12, then the first 11 and …
+    assert _sequence(names) == " → ".join(f"op{i}" for i in range(11)) + " → …"

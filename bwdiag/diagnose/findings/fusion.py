@@ -87,7 +87,8 @@ def _finding(ctx: RuleContext, names: tuple, runs: list) -> RuleResult | None:
         _saving_line(ctx, [r for _, r in runs], unit, saving),
         *_table_modules(ctx, runs)[:3],
     ]
-    title = f"Fuse {per_run} in {where}" if where else f"Fuse {per_run} ({_sequence(names)})"
+    # the title names the ops (a short chain in full, a long one by its ends) and, where recorded, the modules
+    title = f"Fuse {per_run} ({_sequence(names, TITLE_OPS)})" + (f" in {where}" if where else "")
     title += (f" ({ctx.times(len(runs) / ctx.ranks)})" if len(runs) > ctx.ranks else "")
     acts = defaultdict(list)
     for p, r in runs:
@@ -96,6 +97,10 @@ def _finding(ctx: RuleContext, names: tuple, runs: list) -> RuleResult | None:
     enclosing = tuple(n for o in dict.fromkeys(sub["op"]) if o >= 0 for n in op_chain(a0.trace.ops, int(o))[1:])
     return ctx.finding(FindingKind.FUSION, title, saving, evidence,
                        _fix(names, modules, ctx.is_cpu, recorded, enclosing, _loss_module(ctx)), acts=acts)
+
+
+#: Ops of a chain its finding's title names in full (evidence lists up to 12).
+TITLE_OPS = 5
 
 
 def _loss_module(ctx: RuleContext) -> str | None:
@@ -156,9 +161,13 @@ def _main_module(modules) -> str | None:
     return known.mode().iloc[-1] if len(known) else None
 
 
-def _sequence(names: tuple) -> str:
+def _sequence(names: tuple, most: int = 12) -> str:
+    """``a → b → c``: the ops of a chain without ``aten::``; past ``most`` ops, the first ``most − 1``
+    and ``…`` (a title's shorter list: the first ``most − 2``, ``…`` and the last)."""
     short = [str(n).removeprefix("aten::") for n in names]
-    return " → ".join(short if len(short) <= 12 else short[:11] + ["…"])
+    if len(short) <= most:
+        return " → ".join(short)
+    return " → ".join(short[:most - 1] + ["…"] if most >= 12 else short[:most - 2] + ["…", short[-1]])
 
 
 def _pattern_name(modules: list[str | None]) -> str | None:
