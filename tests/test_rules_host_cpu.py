@@ -105,6 +105,19 @@ def test_inference_gaps_get_no_training_step_advice():
     assert r.finding.fix.startswith("model = torch.compile(model)  # inference:") and "train_step" not in r.finding.fix
 
 
+def test_inference_without_modules_gets_no_training_step_advice():
+    # The same ops with no module recorded (a trace without with_modules): the forward is compiled,
+    # there is no train_step with a loss and a backward to name.
+    ops = [op("ProfilerStep#1", cat=ANNOT, ts=0, end=100),
+           op("aten::mul", ts=0, end=10), op("aten::add", ts=15, end=20),
+           op("aten::mul", ts=30, end=40), op("aten::add", ts=45, end=50)]
+    acts = [cpu(o["name"], i, o["ts"], o["end"]) for i, o in enumerate(ops) if i > 0]
+    (r,) = dispatch.host_overhead(context([rank(ops, acts)], total_us=100, trace_kind="cpu"))
+    assert r.finding.fix.startswith("fn = torch.compile(fn)  # fn: the function that runs the forward pass")
+    assert "inference: the trace has no backward or optimizer step; it records no modules" in r.finding.fix
+    assert "train_step" not in r.finding.fix and "backward)" not in r.finding.fix
+
+
 @pytest.mark.parametrize("framework, fix", [
     ("lightning", "self.model = torch.compile(self.model)  # in your LightningModule's __init__"),
     ("hf_trainer", "TrainingArguments(..., torch_compile=True)"),

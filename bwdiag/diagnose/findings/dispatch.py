@@ -189,12 +189,17 @@ def _fix(ctx: RuleContext, found, where: dict, is_tiny: bool, compiled: bool) ->
     elif "hf_trainer" in ctx.frameworks:
         lines.append("TrainingArguments(..., torch_compile=True)  # the Trainer compiles the model it runs "
                      "(forward, loss when the model computes it, backward)")
-    elif "backward" not in where and "optimizer step" not in where and in_model > 0:
+    elif not ctx.is_training and in_model > 0:
         # inference (no backward, no optimizer): there is no training step; the gaps outside the model
         # are the decoding loop's own Python (HF generate: sampling, stopping criteria, cache updates)
         lines.append("model = torch.compile(model)  # inference: the model's forward runs as one compiled graph per "
                      "call; the gaps outside it are the loop that calls it (with HF generate: its sampling and "
                      "cache updates), which more sequences per call amortise")
+    elif not ctx.is_training:  # inference with the gaps outside the model, or no modules recorded
+        lines.append("fn = torch.compile(fn)  # fn: the function that runs the forward pass — the model, or the "
+                     "loop body that calls it (inference: the trace has no backward or optimizer step"
+                     + ("; it records no modules to narrow it down)" if "outside any module" not in where else
+                        "; the gaps are outside the model's modules too, so compiling the model alone leaves them)"))
     elif "outside any module" in where:
         lines.append("train_step = torch.compile(train_step)  # the function that runs forward, loss and backward: "
                      "the gaps are outside the model's modules too (loss, user code), so compiling the model alone "
