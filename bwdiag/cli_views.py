@@ -195,7 +195,8 @@ def calibrate_report(device: str, *, quick: bool) -> str:
 
 def _host_costs(path) -> list[str]:
     """The calibration's host-side measurements (CPU): the profiler's cost per recorded op and what a
-    compiled call keeps — the figures the host-overhead finding works with."""
+    compiled call keeps — the figures the host-overhead finding works with — and what a transcendental
+    op costs in a compiled loop (the CPU fusion finding's)."""
     try:
         measured = json.loads(path.read_text()).get("measurements") or {}
     except (OSError, ValueError):
@@ -206,4 +207,8 @@ def _host_costs(path) -> list[str]:
     if compiled := measured.get("compiled_call"):
         lines.append("compiled call " + "; ".join(
             f"{mode} {c['call_us']:.1f} µs + {c['extern_us']:.2f} µs per GEMM call" for mode, c in compiled.items()))
+    if isinstance(pointwise := measured.get("compiled_pointwise"), dict):
+        for threads, per_op in (pointwise.get("ns_per_element") or {}).items():
+            lines.append(f"compiled loop {', '.join(f'{op} {ns:.2f}' for op, ns in per_op.items())} ns per element "
+                         f"(Inductor, {threads} thread{'s' * (threads != '1')})")
     return lines

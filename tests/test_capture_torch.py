@@ -115,6 +115,8 @@ def test_training_window_metadata_and_modules(tmp_path: Path) -> None:
     }
     assert (meta["rank"], meta["world_size"], meta["steps_captured"]) == (0, 1, 2)
     assert meta["torch_version"] == torch.__version__ and meta["device"]["kind"] == "cpu"
+    # the script's intra-op threads (its default here, as this process's: same host, same environment)
+    assert meta["torch_threads"] == torch.get_num_threads()
     assert "note" not in meta
     assert SECRET.encode() not in raw  # environment variables are never written
 

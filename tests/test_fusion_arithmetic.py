@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from bwdiag.diagnose.findings import fusion
@@ -64,3 +66,81 @@ def test_memory_bound_chain_keeps_the_bandwidth_saving():
     assert run.saving_us == pytest.approx(31.2)
     f = fusion.fusion(context([a], total_us=200))[0].finding
     assert "compute-bound" not in f.evidence[1] and "÷" in f.evidence[1]
+
+
+# -- a CPU thread's loop: bytes and arithmetic add up, arithmetic priced as Inductor's code ----------
+
+
+def _cpu_rank(tanh_us: float = 100.0):
+    """The same chain as CPU ops on one thread (kind ``cpu_op``): mul → tanh → relu → add, 1 Mi floats."""
+    a = _rank(tanh_us)
+    acts = a.activities.copy()
+    acts["kind"], acts["stream"] = "cpu_op", 1
+    return dataclasses.replace(a, activities=acts)
+
+
+def _calibrated(ctx, ns_per_element: dict, threads: int | None = None):
+    """``ctx`` diagnosed with a calibration that measured ``ns_per_element`` ({threads: {op: ns}}), of a
+    trace a bwdiag capture said ran ``threads`` intra-op threads."""
+    calibration = {"path": "calibration-cpu.json", "origin": "local",
+                   "values": {"compiled_pointwise": {"ns_per_element": ns_per_element}}}
+    if threads is not None:
+        for a in ctx.analyses:
+            a.trace.metadata = {"bwdiag": {"torch_threads": threads}}
+    device = dataclasses.replace(ctx.diagnosis.device, calibration=calibration)
+    return dataclasses.replace(ctx, diagnosis=dataclasses.replace(ctx.diagnosis, device=device))
+
+
+def test_cpu_loop_pays_its_bytes_plus_the_compiled_arithmetic():
+    a = _cpu_rank(tanh_us=100.0)
+    (run,) = fusable_runs(a.activities, a.trace.ops, loop_ns={"tanh": 0.05})
+    # Memory floor as on the GPU: 132 · 16/40 = 52.8 µs. Arithmetic: Inductor's tanh, 1,048,576 elements ×
+    # 0.05 ns = 52.4288 µs — not the eager kernel's 84 µs beyond its bytes. One thread does both in turn:
+    # fused loop 52.8 + 52.4288 = 105.2288 µs, saving 132 − 105.2288 = 26.7712 µs (the larger of the two
+    # alone would have said 132 − 52.8 = 79.2).
+    assert run.serial and run.memory_floor_us == pytest.approx(52.8)
+    assert run.arithmetic_us == pytest.approx(52.4288) and run.arithmetic_ops == ("aten::tanh",)
+    assert run.saving_us == pytest.approx(26.7712)
+
+
+def test_cpu_fusion_finding_uses_the_hosts_calibration_and_says_so():
+    a = _cpu_rank(tanh_us=100.0)
+    ctx = context([a], total_us=200, trace_kind="cpu")
+    # measured on the host at 2 threads (the most measured; the trace says nothing of its threads):
+    # tanh 0.02 ns per element → 20.97152 µs; loop 52.8 + 20.97152; saving 58.22848 µs
+    f = fusion.fusion(_calibrated(ctx, {"1": {"tanh": 0.04}, "2": {"tanh": 0.02, "exp": 0.1}}))[0].finding
+    assert f.est_saving_us == pytest.approx(132 - 52.8 - 20.97152)
+    assert "plus 21 µs for tanh in the compiled loop" in f.evidence[1]
+    assert "measured on this host by bwdiag calibrate, 2 threads" in f.evidence[1]
+    # without a calibration: the dev VM's figure (tanh 0.77 ns → 807 µs of arithmetic: no saving left)
+    from bwdiag.diagnose.findings.compiled_loops import COMPILED_POINTWISE_NS
+
+    assert COMPILED_POINTWISE_NS["2"]["tanh"] * (1 << 20) / 1e3 > 132
+    assert fusion.fusion(ctx) == []
+
+
+def test_cpu_loop_is_priced_at_the_threads_the_trace_ran_with():
+    a = _cpu_rank(tanh_us=100.0)
+    table = {"1": {"tanh": 0.04}, "2": {"tanh": 0.025}}
+    # one thread, measured: 1,048,576 × 0.04 ns = 41.94304 µs → saving 132 − 52.8 − 41.94304 = 37.25696 µs
+    f = fusion.fusion(_calibrated(context([a], total_us=200, trace_kind="cpu"), table, threads=1))[0].finding
+    assert f.est_saving_us == pytest.approx(37.25696)
+    # four threads, not measured: the one-thread figure ÷ 4 = 0.01 ns → 10.48576 µs → saving 68.71424 µs
+    f = fusion.fusion(_calibrated(context([a], total_us=200, trace_kind="cpu"), table, threads=4))[0].finding
+    assert f.est_saving_us == pytest.approx(132 - 52.8 - 10.48576)
+    assert "one-thread figures ÷ the trace's 4 threads" in f.evidence[1]
+
+
+def test_gpu_kernels_keep_the_larger_floor_even_with_loop_costs():
+    a = _rank(tanh_us=100.0)  # GPU kernels on a stream: compute and memory overlap
+    (run,) = fusable_runs(a.activities, a.trace.ops, loop_ns={"tanh": 0.05})
+    assert not run.serial and run.saving_us == pytest.approx(48.0)
+
+
+def test_op_key_maps_recorded_names_to_the_probe():
+    from bwdiag.diagnose.findings.compiled_loops import op_key
+
+    assert op_key("aten::tanh") == "tanh" and op_key("aten::tanh_") == "tanh"
+    assert op_key("aten::sigmoid.out") == "sigmoid"
+    # not the same op: left as recorded, so no probe figure applies
+    assert op_key("aten::log_softmax") == "aten::log_softmax" and op_key("aten::gelu_backward") == "aten::gelu_backward"

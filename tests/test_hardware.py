@@ -475,6 +475,19 @@ def test_quick_calibration_is_positive_and_round_trips(calibrated, monkeypatch):
     assert all(0 <= c[k] < 5000 for c in compiled.values() for k in ("call_us", "extern_us"))
     assert compiled["training"]["call_us"] > compiled["inference"]["call_us"] > 0
     assert read_calibration("cpu").to_record()["values"]["compiled_call"] == compiled
+    # What each transcendental op adds per element to an Inductor loop: every probed op measured, each
+    # positive and under 100 ns (0.16–0.76 ns on the 2-core VM), stored and reported like the rest.
+    from bwdiag.hardware.pointwise_probe import PROBE_OPS
+
+    import torch
+
+    pointwise = measured["compiled_pointwise"]
+    by_threads = pointwise["ns_per_element"]
+    assert set(by_threads) == {"1", str(torch.get_num_threads())} and record["entry"]["compiled_pointwise"] == pointwise
+    assert all(set(per_op) == set(PROBE_OPS) and all(0 <= ns < 100 for ns in per_op.values())
+               for per_op in by_threads.values())
+    assert by_threads["1"]["tanh"] > 0 and torch.get_num_threads() == int(max(by_threads, key=int))
+    assert read_calibration("cpu").to_record()["values"]["compiled_pointwise"] == pointwise
     # and the process reads as never having compiled (bwdiag's capture skips its module annotations
     # once torch.compile has graphs)
     from bwdiag.capture.annotate import compiled_graphs_present

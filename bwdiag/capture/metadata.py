@@ -130,6 +130,8 @@ def capture_metadata(
         "module_annotations": MODULE_ANNOTATIONS if with_modules else None,
         "calibrated": calibrated_ceilings(device),
         "host_load": host_load(),
+        # intra-op threads the script runs with (a CPU loop's time depends on them)
+        "torch_threads": torch.get_num_threads() if torch is not None else None,
         "frameworks": frameworks_in_use(),
     }
     if note:

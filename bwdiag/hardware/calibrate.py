@@ -8,7 +8,9 @@ device synchronised before and after. CPU also: what ``torch.profiler`` adds per
 (``profiler_op_us``: tiny ops timed with and without it, interleaved; the host-overhead finding names
 that share of the gaps with it), and what a ``torch.compile``'d call still costs (``compiled_call``:
 chains of tiny ``nn.Linear`` layers compiled, inference and training, timed per call; what the
-host-overhead finding's saving keeps of a compiled step).
+host-overhead finding's saving keeps of a compiled step), and what each transcendental op costs per
+element inside an Inductor loop (``compiled_pointwise``, :mod:`bwdiag.hardware.pointwise_probe`; the
+arithmetic a CPU fusion finding's fused loop still pays).
 
 Results are cached as JSON under ``$XDG_CACHE_HOME/bwdiag/`` (default ``~/.cache/bwdiag``), keyed by
 the device's identity (CPU model and logical core count; GPU name and memory size), and read back
@@ -41,6 +43,7 @@ from bwdiag.cache import cache_dir
 from bwdiag.errors import BwdiagError
 from bwdiag.hardware.host import HostFacts, calibration_host, host_record
 from bwdiag.hardware.lookup import gpu_spec
+from bwdiag.hardware.pointwise_probe import compiled_pointwise
 from bwdiag.hardware.spec import GIB, DeviceSpec, SpecSource, spec_from_entry
 
 CACHE_SCHEMA = "bwdiag/calibration@1"
@@ -135,6 +138,8 @@ class CalibrationSnapshot:
                                                                   (int, float)) else {}),
                 **({"compiled_call": _plain(compiled)} if isinstance(compiled := self.entry.get("compiled_call"),
                                                                     Mapping) else {}),
+                **({"compiled_pointwise": _plain(pointwise)}
+                   if isinstance(pointwise := self.entry.get("compiled_pointwise"), Mapping) else {}),
             },
         }
 
@@ -332,6 +337,7 @@ def _measure_cpu(quick: bool, quiet: Any = None) -> dict[str, Any]:
     result["gemm_flops_per_s"] = gemm
     result["profiler_op_us"] = _profiler_op_us(quick, quiet)
     result["compiled_call"] = _compiled_call(quick)
+    result["compiled_pointwise"] = compiled_pointwise(quick)
     return result
 
 
@@ -555,6 +561,7 @@ def _entry(identity: DeviceIdentity, measured: dict[str, Any], quick: bool, torc
             "kind": "cpu",
             "profiler_op_us": measured.get("profiler_op_us"),
             "compiled_call": measured.get("compiled_call"),
+            "compiled_pointwise": measured.get("compiled_pointwise"),
             "vendor": identity.vendor,
             "sm_count": identity.cores,
             "memory_gb": None,

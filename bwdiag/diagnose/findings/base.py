@@ -143,6 +143,15 @@ class RuleContext:
         return frozenset(found)
 
     @property
+    def torch_threads(self) -> int | None:
+        """The intra-op thread count a bwdiag capture recorded (``torch.get_num_threads()`` when it
+        wrote the trace; the largest among the ranks), None when no capture said."""
+        found = [int(t) for a in self.analyses
+                 if isinstance(meta := (getattr(a.trace, "metadata", None) or {}).get("bwdiag"), dict)
+                 and isinstance(t := meta.get("torch_threads"), int) and not isinstance(t, bool) and t > 0]
+        return max(found) if found else None
+
+    @property
     def is_cpu(self) -> bool:
         return self.diagnosis.source.trace_kind == "cpu"
 

@@ -21,18 +21,27 @@ evaluates every ``tanh``; on a CPU thread those cost several ns per element, far
 memory time, so a chain through them is compute-bound once fused. Elementwise ops such as ``mul`` or
 ``relu`` do a FLOP per element: their time beyond the bandwidth line is allocation and page faults
 of their fresh outputs, which fusion removes too, so it is not part of the floor.
+
+On a CPU thread (a run of CPU ops, given ``loop_ns``) the fused loop's two costs add up instead: one
+thread reads, evaluates and writes element after element, so the loop takes its memory floor *plus*
+the arithmetic, and that arithmetic is what Inductor's generated code costs per element on the host
+(:mod:`.compiled_loops`: ``bwdiag calibrate`` measures it; ATen's eager kernel, which the trace timed,
+can be 2× faster or 5× slower than it), elements × ns for each op it measured — the rule above for
+any other transcendental op.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from bwdiag.costs import Category
-from bwdiag.diagnose.findings.helpers import arg_bytes, output_bytes
+from bwdiag.diagnose.findings.compiled_loops import op_key
+from bwdiag.diagnose.findings.helpers import arg_bytes, output_bytes, tensor_sizes
 from bwdiag.diagnose.names import name_matches
 
 FUSABLE = frozenset({
@@ -82,6 +91,7 @@ class Run:
     arithmetic_us: float = 0.0  # transcendental ops' time beyond their memory time: the fused loop pays it
     best_bytes_per_s: float = 0.0  # the highest bandwidth an op of the run reached (the memory line)
     arithmetic_ops: tuple = ()  # names of the ops that contributed to ``arithmetic_us``
+    serial: bool = False  # a CPU thread's loop: memory and arithmetic add up (else the larger bounds it)
 
     @property
     def achieved_bytes_per_s(self) -> float:
@@ -98,14 +108,25 @@ class Run:
         return self.arithmetic_us > self.memory_floor_us
 
     @property
+    def fused_us(self) -> float:
+        """The fused loop's time: its memory floor plus its arithmetic on a CPU thread (``serial``),
+        else the larger of the two."""
+        if self.serial:
+            return self.memory_floor_us + self.arithmetic_us
+        return max(self.memory_floor_us, self.arithmetic_us)
+
+    @property
     def saving_us(self) -> float:
-        """Unfused time − the fused loop's time (the larger of its memory and arithmetic floors);
-        without an arithmetic floor: the saved bytes at the run's own achieved bandwidth."""
-        return max(0.0, self.time_us - max(self.memory_floor_us, self.arithmetic_us))
+        """Unfused time − the fused loop's time; without arithmetic: the saved bytes at the run's own
+        achieved bandwidth."""
+        return max(0.0, self.time_us - self.fused_us)
 
 
-def fusable_runs(acts: pd.DataFrame, ops: pd.DataFrame, min_kernels: int = 2) -> list[Run]:
-    """Every run of at least ``min_kernels`` fusable kernels, per stream, in time order."""
+def fusable_runs(acts: pd.DataFrame, ops: pd.DataFrame, min_kernels: int = 2,
+                 loop_ns: Mapping[str, float] | None = None) -> list[Run]:
+    """Every run of at least ``min_kernels`` fusable kernels, per stream, in time order. ``loop_ns``:
+    ns per element each op adds to a compiled CPU loop (:func:`.compiled_loops.loop_costs`); given, a
+    run of CPU ops is priced as a CPU loop (``Run.serial``)."""
     if acts.empty:
         return []
     # map(str), not astype(str): astype keeps a missing stream missing, and lexsort cannot order str with NaN
@@ -130,19 +151,19 @@ def fusable_runs(acts: pd.DataFrame, ops: pd.DataFrame, min_kernels: int = 2) ->
     stream = step = None
     for k, pos in enumerate(order.tolist()):
         if stream_of[k] != stream or (step_of[k] != step and not skip[k]):
-            _close(current, cols, ops, runs, min_kernels)
+            _close(current, cols, ops, runs, min_kernels, loop_ns)
             current, prev_out, stream, step = [], None, stream_of[k], step_of[k]
         if skip[k]:
             continue
         out = out_of[k]
         if out != out or (prev_out is not None and prev_out not in args.sizes[args.sig[k]]):  # NaN: ends a run
-            _close(current, cols, ops, runs, min_kernels)
+            _close(current, cols, ops, runs, min_kernels, loop_ns)
             current, prev_out = [], None
             if out != out:
                 continue
         current.append(pos)
         prev_out = out
-    _close(current, cols, ops, runs, min_kernels)
+    _close(current, cols, ops, runs, min_kernels, loop_ns)
     return runs
 
 
@@ -174,7 +195,8 @@ def _fusable(acts: pd.DataFrame) -> np.ndarray:
     )
 
 
-def _close(rows: list[int], cols: dict, ops: pd.DataFrame, runs: list[Run], min_kernels: int) -> None:
+def _close(rows: list[int], cols: dict, ops: pd.DataFrame, runs: list[Run], min_kernels: int,
+           loop_ns: Mapping[str, float] | None = None) -> None:
     if len(rows) < min_kernels:
         return
     # Bytes per op (an op's kernels share its traffic), in time order of the op's first kernel.
@@ -198,8 +220,14 @@ def _close(rows: list[int], cols: dict, ops: pd.DataFrame, runs: list[Run], min_
     saved = min(2.0 * sum(outs[:-1]), total - first_in - outs[-1])
     time_us = float(sum(cols["dur"][r] for r in rows))
     if saved > 0 and time_us > 0:
-        best, arithmetic, names = arithmetic_floor([(op_name[o], per_op[o], op_us[o]) for o in per_op])
-        runs.append(Run(np.asarray(rows), total, saved, time_us, arithmetic, best, names))
+        members = [(op_name[o], per_op[o], op_us[o]) for o in per_op]
+        serial = loop_ns is not None and all(cols["kind"][r] == "cpu_op" for r in rows)
+        if serial:
+            elements = [max((n for n, _ in tensor_sizes(ops, o)), default=0) for o in per_op]
+            best, arithmetic, names = loop_arithmetic(members, elements, loop_ns)
+        else:
+            best, arithmetic, names = arithmetic_floor(members)
+        runs.append(Run(np.asarray(rows), total, saved, time_us, arithmetic, best, names, serial))
 
 
 def arithmetic_floor(ops: list[tuple[str, float, float]]) -> tuple[float, float, tuple]:
@@ -219,6 +247,23 @@ def arithmetic_floor(ops: list[tuple[str, float, float]]) -> tuple[float, float,
     return best, float(sum(extra.values())), tuple(extra)
 
 
+def loop_arithmetic(ops: list[tuple[str, float, float]], elements: list[int], loop_ns: Mapping[str, float]
+                    ) -> tuple[float, float, tuple]:
+    """:func:`arithmetic_floor` for a compiled CPU loop: an op ``loop_ns`` prices (by
+    :func:`.compiled_loops.op_key`) costs its elements × that many ns, whatever its eager kernel took;
+    any other transcendental op, what :func:`arithmetic_floor` gives it."""
+    best, _, _ = arithmetic_floor(ops)
+    extra: dict[str, float] = {}
+    for (name, b, us), n in zip(ops, elements):
+        ns = loop_ns.get(op_key(name))
+        if ns is not None and n > 0:
+            extra[name] = extra.get(name, 0.0) + n * ns / 1e3
+        elif best > 0 and TRANSCENDENTAL.match(name) and (over := us - ARITHMETIC_MARGIN * b / best * 1e6) > 0:
+            extra[name] = extra.get(name, 0.0) + over
+    return best, float(sum(extra.values())), tuple(extra)
+
+
 def _arrays(acts: pd.DataFrame) -> dict[str, np.ndarray]:
     return {"op": acts["op"].to_numpy(), "bytes": acts["bytes"].to_numpy(float),
-            "dur": acts["dur"].to_numpy(float), "op_name": acts["op_name"].to_numpy()}
+            "dur": acts["dur"].to_numpy(float), "op_name": acts["op_name"].to_numpy(),
+            "kind": acts["kind"].to_numpy()}

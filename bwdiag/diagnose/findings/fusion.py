@@ -12,6 +12,7 @@ from collections import Counter, defaultdict
 
 from bwdiag.diagnose.findings.base import RuleContext, RuleResult
 from bwdiag.diagnose.findings.chains import fusable_runs
+from bwdiag.diagnose.findings.compiled_loops import loop_costs
 from bwdiag.diagnose.findings.helpers import fmt_bandwidth, fmt_bytes, fmt_time, generic_module, in_optimizer_step, op_chain
 from bwdiag.diagnose.model import FindingKind
 
@@ -42,11 +43,12 @@ _GELU = re.compile(r"gelu", re.I)
 def fusion(ctx: RuleContext) -> list[RuleResult]:
     """Runs of unfused memory-bound kernels over same-size tensors, one finding per repeated pattern."""
     patterns: dict[tuple, list] = defaultdict(list)  # op-name sequence -> [(rank, run)]
+    loop_ns = loop_costs(ctx)[0] if ctx.is_cpu else None  # a CPU trace: the fused loop is Inductor's C++
     for rank_pos, a in enumerate(ctx.analyses):
         taken = ctx.claimed(rank_pos)  # eager attention, layout copies, cast round trips: reported already
         op_names = a.activities["op_name"].to_numpy()
         optimizer = in_optimizer_step(a)
-        for run in fusable_runs(a.activities, a.trace.ops):
+        for run in fusable_runs(a.activities, a.trace.ops, loop_ns=loop_ns):
             if taken.intersection(run.rows.tolist()):
                 continue
             if optimizer[run.rows].any():
@@ -120,14 +122,24 @@ def _loss_module(ctx: RuleContext) -> str | None:
 
 
 def _saving_line(ctx: RuleContext, runs: list, unit: str, saving: float) -> str:
-    """How the saving was worked out: the saved bytes at the achieved bandwidth, or, where the
-    transcendental ops' arithmetic outlasts the fused loop's bytes, unfused time − that arithmetic."""
+    """How the saving was worked out: the saved bytes at the achieved bandwidth; where the
+    transcendental ops' arithmetic outlasts the fused loop's bytes, unfused time − that arithmetic; on
+    a CPU thread, unfused time − (the fused loop's bytes + its arithmetic)."""
     n = ctx.ranks
     bytes_total = sum(r.bytes for r in runs) / n
     saved_total = sum(r.saved_bytes for r in runs) / n
     time_total = sum(r.time_us for r in runs) / n
     bw = bytes_total / (time_total / 1e6)
     line = f"unfused {unit} move {fmt_bytes(bytes_total)} in {fmt_time(time_total)} ({fmt_bandwidth(bw)} achieved); "
+    if all(r.serial for r in runs) and any(r.arithmetic_us > 0 for r in runs):
+        # a CPU loop: bytes and arithmetic add up, the arithmetic priced as Inductor's code on the host
+        memory = sum(r.memory_floor_us for r in runs) / n
+        arith = sum(r.arithmetic_us for r in runs) / n
+        ops = ", ".join(dict.fromkeys(str(o).removeprefix("aten::") for r in runs for o in r.arithmetic_ops))
+        return (line + f"fused, {fmt_bytes(bytes_total - saved_total)} would take {fmt_time(memory)} at that "
+                       f"bandwidth, plus {fmt_time(arith)} for {ops} in the compiled loop (ns per element "
+                       f"{loop_costs(ctx)[1]}) — one CPU thread does both in turn → saves {fmt_time(time_total)} − "
+                       f"{fmt_time(memory + arith)} = {ctx.per_step(saving)}")
     bound = [r for r in runs if r.compute_bound]
     if not bound:
         return (line + f"fused: {fmt_bytes(bytes_total - saved_total)} → saves {fmt_bytes(saved_total)} ÷ "

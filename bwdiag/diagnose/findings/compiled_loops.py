@@ -1,0 +1,70 @@
+"""What a CPU fusion's compiled loop still computes: ns per element of each transcendental op in it.
+
+A fused loop on a CPU thread reads its inputs, evaluates every op per element and writes its output,
+one element after another: its time is the bytes it moves *plus* the arithmetic of its transcendental
+ops (on a GPU the two overlap, and the larger bounds the loop). That arithmetic is Inductor's own
+vectorised code, not ATen's kernel the eager trace timed, and the two differ by host: ``tanh`` cost
+0.8 ns per element compiled against 1.3–1.7 eager on the AMD EPYC dev VM of 7 Dec 2026, and 5.5×
+*more* than eager on an earlier one. ``bwdiag calibrate`` measures it on the host
+(``device.calibration.values.compiled_pointwise``, :mod:`bwdiag.hardware.pointwise_probe`); without it
+the figures below stand.
+
+Checked on ``benchmarks/savings.py``'s elementwise chain (9 ops over 2 M floats, ``sigmoid`` and
+``tanh`` among them, one thread): 11.39 ms a step eager, 6.70 ms compiled. The trace's bandwidth gave
+the fused loop 14.8 ms of bytes over its 4 runs, Inductor's ``sigmoid`` and ``tanh`` another 15.9 ms
+(2 M × (0.40 + 1.50) ns each): 5.56 ms predicted against 4.69 realised (0.84). Before, the arithmetic
+came from the eager ``tanh`` and only the larger of the two counted: 8.10 ms predicted, 5.26 realised
+(0.65).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+#: ns per element each op adds to an Inductor loop on the 2-core dev VM (AMD EPYC, AVX-512, torch 2.13
+#: CPU, 7 Dec 2026), by thread count: ``bwdiag calibrate``'s probe on an idle host.
+COMPILED_POINTWISE_NS: Mapping[str, Mapping[str, float]] = {
+    "1": {"tanh": 1.51, "sigmoid": 0.40, "exp": 0.32, "log": 0.57, "gelu": 0.64, "silu": 0.40, "erf": 0.56},
+    "2": {"tanh": 0.77, "sigmoid": 0.21, "exp": 0.16, "log": 0.29, "gelu": 0.33, "silu": 0.20, "erf": 0.29},
+}
+
+#: ``aten::tanh``, ``aten::tanh_``, ``aten::sigmoid.out`` … → the probe's op name.
+_OP = re.compile(r"^aten::([a-z0-9]+?)_?(?:\.\w+)?$")
+
+
+def loop_costs(ctx) -> tuple[Mapping[str, float], str]:
+    """(ns per element per op, where the figures come from) at the thread count the trace ran with
+    (:attr:`~.base.RuleContext.torch_threads`; unknown: the most the figures hold, what a script gets
+    by default): the calibration's ``compiled_pointwise`` when the diagnosis used a calibration of the
+    trace's host that measured it, else ``COMPILED_POINTWISE_NS``. A thread count not measured gets
+    the one-thread figures ÷ its threads (a loop over a large tensor splits evenly)."""
+    values = (ctx.diagnosis.device.calibration or {}).get("values") or {}
+    measured = values.get("compiled_pointwise")
+    table = measured.get("ns_per_element") if isinstance(measured, Mapping) else None
+    source = "measured on this host by bwdiag calibrate"
+    if not _valid(table):
+        table, source = COMPILED_POINTWISE_NS, "measured on a 2-core dev VM; `bwdiag calibrate` measures this host"
+    threads = ctx.torch_threads or max(int(k) for k in table)
+    if str(threads) in table:
+        return {str(k): float(v) for k, v in table[str(threads)].items()}, f"{source}, {threads} thread{'s' * (threads > 1)}"
+    one = table.get("1") or table[max(table, key=int)]
+    return ({str(k): float(v) / threads for k, v in one.items()},
+            f"{source}: its one-thread figures ÷ the trace's {threads} threads")
+
+
+def _valid(table) -> bool:
+    """Whether ``table`` is ``{threads: {op: ns}}`` with thread counts as digit strings and ns ≥ 0."""
+    return (isinstance(table, Mapping) and bool(table)
+            and all(str(k).isdigit() and int(k) > 0 and isinstance(v, Mapping) and v
+                    and all(_number(ns) for ns in v.values()) for k, v in table.items()))
+
+
+def op_key(name: str) -> str:
+    """The probe's name for a recorded op: ``aten::tanh_`` → ``tanh`` (other names unchanged)."""
+    m = _OP.match(str(name))
+    return m.group(1) if m else str(name)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0

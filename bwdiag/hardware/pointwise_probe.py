@@ -1,0 +1,98 @@
+"""What one transcendental op costs per element inside a loop Inductor generated for this CPU.
+
+A fusion finding on a CPU trace predicts the fused loop's time. Its bytes follow from the shapes, but
+its arithmetic does not: Inductor's C++ backend evaluates ``tanh``, ``exp``, ``log`` … with its own
+vectorised code, which on one host ran 2× faster than ATen's kernel (AMD EPYC, AVX-512: ``tanh`` 0.8
+vs 1.3–1.7 ns per element) and on another 5.5× slower. So ``bwdiag calibrate`` times it.
+
+For each op of ``PROBE_OPS``: a compiled function summing ``COPIES`` applications of the op to scaled
+copies of one input (``op(x) + op(x · 1.01) + …``: one loop, one read, one write, ``COPIES`` evaluations
+Inductor cannot merge), less the same function without the op (``x + x · 1.01 + …``), ÷ (``COPIES`` ×
+elements) = ns per element the op adds to a fused loop. Inputs in [0.5, 1.5), inside every op's domain.
+Fastest of interleaved rounds (a loaded host only adds time), at one thread and at the process's
+thread count (a CPU fusion runs with the threads the user's script has; a trace made by ``bwdiag run``
+records them).
+"""
+
+from __future__ import annotations
+
+import time
+import types
+from typing import Any
+
+#: The ops timed, by their ATen names (without ``aten::``), as a trace records them.
+PROBE_OPS = ("tanh", "sigmoid", "exp", "log", "gelu", "silu", "erf")
+#: Applications of the op per loop iteration (the slope over this many is the op's cost).
+COPIES = 4
+#: Elements of the probe tensor (fp32): big enough that one call is milliseconds, small enough for the
+#: calibration to stay within seconds per op.
+ELEMENTS = {False: 1 << 20, True: 1 << 18}
+ROUNDS = {False: 7, True: 3}
+CALLS = {False: 5, True: 3}
+
+
+def compiled_pointwise(quick: bool) -> dict[str, Any] | None:
+    """``{"ns_per_element": {threads: {op: ns}}, "elements": n}`` — at one thread and at this process's
+    thread count (the one a script gets by default), keys as strings for JSON — or None where
+    torch.compile cannot run here (no C++ compiler for Inductor, an unsupported Python)."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    threads = torch.get_num_threads()
+    saved = {k: v.copy() for k, v in counters.items()}  # the process reads as never having compiled after
+    try:
+        return _probe(torch, quick, sorted({1, threads}))
+    except Exception:  # noqa: BLE001 — any failure of Dynamo/Inductor here means: not measured
+        return None
+    finally:
+        torch.set_num_threads(threads)
+        torch._dynamo.reset()
+        counters.clear()
+        counters.update(saved)
+
+
+def _probe(torch: Any, quick: bool, thread_counts: list[int]) -> dict[str, Any]:
+    import torch.nn.functional as F
+
+    n = ELEMENTS[quick]
+    x = torch.rand(n) + 0.5
+    fns = {"tanh": torch.tanh, "sigmoid": torch.sigmoid, "exp": torch.exp, "log": torch.log,
+           "gelu": F.gelu, "silu": F.silu, "erf": torch.erf}
+    compiled = {name: torch.compile(_summed(fns[name], name)) for name in PROBE_OPS}
+    base = torch.compile(_summed(None, "base"))
+    for fn in (base, *compiled.values()):  # compile and warm up each before any timing
+        for _ in range(3):
+            fn(x)
+    per_threads = {}
+    for threads in thread_counts:  # Inductor's loops read the thread count per call
+        torch.set_num_threads(threads)
+        best = {name: float("inf") for name in ("", *PROBE_OPS)}
+        for _ in range(ROUNDS[quick]):  # interleaved: a slow moment of the host hits every op alike
+            for name, fn in (("", base), *compiled.items()):
+                best[name] = min(best[name], _per_call(fn, x, CALLS[quick]))
+        per_threads[str(threads)] = {name: round(max(0.0, (best[name] - best[""]) / (COPIES * n) * 1e9), 3)
+                                     for name in PROBE_OPS}
+    return {"ns_per_element": per_threads, "elements": n}
+
+
+def _summed(op, name: str):
+    """``op(x) + op(x · 1.01) + …`` (``COPIES`` terms; ``op`` None: the scaled copies alone), as a
+    function with a code object of its own: Dynamo caches compiled code per code object, and eight
+    closures of one would share (and recompile) one cache entry after another."""
+    scales = [1.0 + 0.01 * k for k in range(COPIES)]
+
+    def fn(x):
+        total = None
+        for s in scales:
+            term = x * s if op is None else op(x * s)
+            total = term if total is None else total + term
+        return total
+    return types.FunctionType(fn.__code__.replace(co_name=f"probe_{name}"), fn.__globals__,
+                              f"probe_{name}", None, fn.__closure__)
+
+
+def _per_call(fn, x, calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn(x)
+    return (time.perf_counter() - start) / calls
