@@ -260,13 +260,15 @@ def _with_unprofiled(ctx, unprofiled_us: float):
 def test_with_an_unprofiled_step_the_recording_of_removed_ops_is_subtracted():
     ctx = _with_unprofiled(context([_tiny_rank()], total_us=2010, trace_kind="cpu", step_us=2010), 1990)
     (r,) = dispatch.host_overhead(ctx)
-    # One 2,010 µs step, 1,990 µs without the profiler: 20 µs over 8 recorded ops = 2.5 µs each. No
-    # extern kernel, no fused step advised: a compiled step removes all 8 → 8 × 2.5 = 20 µs of
-    # recording the plain script never paid. 40 µs of gaps − 20 = 20 µs of the plain step, shown as
-    # the same share of the profiled one: 20 × 2010 / 1990.
+    # One 2,010 µs step, 1,990 µs without the profiler: it added 20 µs (2.5 µs over each of 8 recorded
+    # ops). The ops' roofline time is unknown here (no placement): they count as all work, so the 20 µs
+    # fall on the 40 µs of gaps, stretched 2×: the plain script pays half, 20 µs, which compiling
+    # removes — shown as the same share of the profiled step: 20 × 2010 / 1990.
     assert r.est_saving_us == pytest.approx(20 * 2010 / 1990) and r.idle_us == pytest.approx(r.est_saving_us)
     assert not r.acts
-    assert "2.50 µs per recorded op" in r.finding.evidence[1] and "stops dispatching 8 of the 8" in r.finding.evidence[1]
+    line = r.finding.evidence[1]
+    assert "2.50 µs per recorded op" in line and "40 µs of gaps and 0 µs of the ops' time beyond their roofline" in line
+    assert "stretching it 2.00×" in line and "pays 50% of the 40 µs of gaps" in line
 
 
 def _extern_rank():
@@ -283,11 +285,12 @@ def _extern_rank():
 def test_extern_kernels_stay_recorded_in_a_compiled_step():
     ctx = _with_unprofiled(context([_extern_rank()], total_us=200, trace_kind="cpu", step_us=200), 190)
     (r,) = dispatch.host_overhead(ctx)
-    # Gaps 50→60, 70→80, 130→140: 30 µs. 6 recorded ops, 10 µs of recording: 1.667 µs each. A
-    # compiled graph still calls addmm and the leaf linear (its kernel); the wrapping linear, t, relu
-    # and add go: 4 × 1.667 = 6.667 µs. (30 − 6.667) × 200 / 190.
-    assert r.est_saving_us == pytest.approx((30 - 4 * 10 / 6) * 200 / 190)
-    assert "stops dispatching 4 of the 6" in r.finding.evidence[1]
+    # Gaps 50→60, 70→80, 130→140: 30 µs; the profiler added 10 µs, all on the gaps (the ops' roofline
+    # time is unknown: work) — including the recording of addmm and the leaf linear, which a compiled
+    # graph still calls, since the plain script pays none of it either: 30 × (1 − 10/30) = 20 µs, all
+    # of which compiling removes. 20 × 200 / 190.
+    assert r.est_saving_us == pytest.approx(20 * 200 / 190)
+    assert "pays 67% of the 30 µs of gaps" in r.finding.evidence[1]
 
 
 def _run_rank(extern_at: int | None = None):
@@ -306,9 +309,10 @@ def test_tiny_ops_in_a_long_run_are_fused_away_with_their_gaps():
 
     ctx = _with_unprofiled(context([_run_rank()], total_us=200, trace_kind="cpu", step_us=200), 160)
     (r,) = dispatch.host_overhead(ctx)
-    # 39 gaps of 3 µs = 117 µs; 40 µs of recording over 40 ops = 1 µs each, all removed; one run of
-    # 40 ≥ FUSED_RUN_OPS (32) tiny ops: their 80 µs go too. 117 + 80 − 40 = 157 µs of the plain step
-    # → 157 × 200 / 160; the gaps' part of it is cut from the gaps, the rest from the 40 ops.
+    # 39 gaps of 3 µs = 117 µs; the profiler added 40 µs, all on the gaps (roofline unknown: the ops
+    # are work) → the plain script's gaps 117 − 40 = 77 µs; one run of 40 ≥ FUSED_RUN_OPS (32) tiny
+    # ops: their 80 µs (all work) go too. 77 + 80 = 157 µs of the plain step → 157 × 200 / 160; the
+    # gaps' part of it (117 of 197) is cut from the gaps, the rest from the 40 ops.
     assert FUSED_RUN_OPS == 32
     assert r.est_saving_us == pytest.approx(157 * 200 / 160)
     assert r.idle_us == pytest.approx(157 * 200 / 160 * 117 / 197)
@@ -316,7 +320,7 @@ def test_tiny_ops_in_a_long_run_are_fused_away_with_their_gaps():
     # An addmm in the middle: two runs of 20 and 19 — too short to fuse away; addmm stays recorded.
     ctx = _with_unprofiled(context([_run_rank(extern_at=20)], total_us=200, trace_kind="cpu", step_us=200), 160)
     (r,) = dispatch.host_overhead(ctx)
-    assert r.est_saving_us == pytest.approx((117 - 39 * 1.0) * 200 / 160) and not r.acts
+    assert r.est_saving_us == pytest.approx((117 - 40) * 200 / 160) and not r.acts
 
 
 #: What compiled code costs per call on a made-up host: the mode the trace runs in picks its pair.
@@ -331,14 +335,14 @@ def test_a_compiled_step_keeps_its_calls_and_extern_calls():
         a.trace.ops.loc[len(a.trace.ops)] = op(name, cat=ANNOT, ts=ts, end=end, module=name[11:])
     ctx = _with_unprofiled(context([a], total_us=200, trace_kind="cpu", step_us=200), 190)
     (r,) = dispatch.host_overhead(_calibrated(ctx, COMPILED))
-    # As in test_extern_kernels_stay_recorded_in_a_compiled_step: 30 µs of gaps − 6.667 µs of recording
-    # removed. No backward: inference. One compiled call (Net's forward) × 3 µs + 2 extern calls (addmm;
-    # the leaf linear) × 1 µs = 5 µs the compiled step keeps: (30 − 6.667 − 5) × 200 / 190.
-    assert r.est_saving_us == pytest.approx((30 - 4 * 10 / 6 - 5) * 200 / 190)
+    # As in test_extern_kernels_stay_recorded_in_a_compiled_step: 20 µs of plain gaps removed. No
+    # backward: inference. One compiled call (Net's forward) × 3 µs + 2 extern calls (addmm; the leaf
+    # linear) × 1 µs = 5 µs the compiled step keeps: (20 − 5) × 200 / 190.
+    assert r.est_saving_us == pytest.approx((20 - 5) * 200 / 190)
     assert ("a compiled step still pays 1 compiled calls × 3 µs (Dynamo's guards, the AOTAutograd wrappers) + 2 "
             "GEMM/convolution/attention calls × 1 µs of generated code around each (inference, measured on this "
             "host by bwdiag calibrate) = 5 µs, which stays") in r.finding.evidence
-    assert "− 5 µs the compiled code keeps (below)" in r.finding.evidence[1]
+    assert "less 5 µs the compiled code keeps (below)" in r.finding.evidence[1]
 
 
 def test_without_modules_a_compiled_step_is_one_call_a_step():
@@ -370,3 +374,23 @@ def test_a_step_compiled_already_keeps_nothing_more():
     (eager,) = dispatch.host_overhead(ctx)
     (kept,) = dispatch.host_overhead(_calibrated(ctx, COMPILED))
     assert kept.est_saving_us == pytest.approx(eager.est_saving_us - 2 * 3)
+
+
+def test_the_profilers_added_time_falls_on_the_gaps_and_the_ops_overhead_alike():
+    # Ten mul ops of 10 µs every 20 µs (9 gaps of 10 µs = 90 µs), whose roofline time is 2 µs each:
+    # 10 × 8 = 80 µs of the ops' time is overhead too. A 190 µs step, 105 µs without the profiler: its
+    # 85 µs fall on 90 + 80 = 170 µs of overhead, stretched 2× — the plain script pays half of the gaps,
+    # 45 µs, which compiling removes (10 ops: too few to fuse away): 45 × 190 / 105. The earlier model
+    # (all 85 µs between the ops) left 90 − 85 = 5 µs.
+    ops = [op("ProfilerStep#1", cat=ANNOT, ts=0, end=190)]
+    acts = []
+    for k in range(10):
+        ops.append(op("aten::mul", ts=20 * k, end=20 * k + 10))
+        acts.append(cpu("aten::mul", k + 1, 20 * k, 20 * k + 10))
+    a = rank(ops, acts, placement={"aten::mul": {"best_time_s": 10 * 2e-6}})
+    ctx = _with_unprofiled(context([a], total_us=190, trace_kind="cpu", step_us=190), 105)
+    (r,) = dispatch.host_overhead(ctx)
+    assert r.est_saving_us == pytest.approx(45 * 190 / 105)
+    line = r.finding.evidence[1]
+    assert "85 µs it added falls on the overhead — 90 µs of gaps and 80 µs of the ops' time beyond their roofline" in line
+    assert "stretching it 2.00×" in line and "pays 50% of the 90 µs of gaps" in line

@@ -8,16 +8,20 @@ DataLoader spans: longer ones are other host work, named but not counted), which
 (one fused loop instead of N dispatched ops) or a foreach optimizer (one op per tensor list) removes.
 GPU traces: the device idle those gaps cause is :mod:`.launch` / :mod:`.host`'s.
 
-The profiler itself lengthens the gaps it measures: recording an op (its name, shapes, two
-timestamps) costs the main thread time outside the op's span (:mod:`.recording`). When ``bwdiag run``
-timed steps after the profiler stopped, that cost per recorded op is measured in the run itself
-((profiled − unprofiled step) ÷ recorded ops per step), and the saving is what the plain script
-saves: the gaps, plus the own time of tiny ops a compiled step fuses away, less the recording of every
-op the fix stops dispatching — given, like every saving, as its share of the profiled step. Without
-an unprofiled step the saving is the gaps (their share of the profiled step carries over), and the
-evidence names the recording from ``PROFILER_OP_US`` or the host's ``bwdiag calibrate``
-(``device.calibration.values.profiler_op_us``) — subtracting that from the gaps alone, without the
-fused ops' own time, under-predicted the 300-tensor workload 6× (see benchmarks/README.md). The gaps
+The profiler itself lengthens the gaps it measures, and more than its bookkeeping (:mod:`.recording`):
+recording each op evicts what the next op and the interpreter had in cache, so the dispatch inside
+the ops' spans slows down as much as the Python between them. When ``bwdiag run`` timed steps after
+the profiler stopped, the time it added ((profiled − unprofiled step) over the window) is spread over
+the overhead in proportion — the gaps and the ops' time beyond their roofline; work at its roofline
+keeps its speed (:class:`~.recording.Dilation`) — and the saving is what the plain script saves: its
+share of the gaps, plus the own time of tiny ops a compiled step fuses away (their overhead at the same
+share) — given, like every saving, as its share of the profiled step. Without an unprofiled step the
+saving is the gaps (their share of the profiled step carries over), and the evidence names the
+recording from ``PROFILER_OP_US`` or the host's ``bwdiag calibrate``
+(``device.calibration.values.profiler_op_us``). Checked with ``benchmarks/savings.py`` (2-core AMD
+EPYC VM, one thread, 7 Dec 2026): the decode loop took 1.90 ms a step profiled and 0.55 ms after; the
+earlier model (all of the added time between ops, k µs per recorded op the fix removes) left it no
+saving, the dilation 30 % of the step, and compiling saved 30 % (431 → 301 µs). The gaps
 of a per-parameter optimizer step are left out of the saving when the optimizer rule advises a fused
 step: that fix removes them, compiling the step does not. Either way the saving keeps what the compiled
 code itself costs per call and per extern GEMM call (:mod:`.compiled_calls`) — on the bundled decode
@@ -42,6 +46,8 @@ from bwdiag.diagnose.findings.recording import FUSED_RUN_OPS
 from bwdiag.diagnose.findings.recording import (  # noqa: F401  (PROFILER_OP_US: re-exported)
     PROFILER_OP_US,
     compiled_away,
+    dilation,
+    overhead_by_row,
     profiler_op_us,
     recorded_ops,
     run_op_us,
@@ -132,10 +138,10 @@ def _saving(ctx: RuleContext, found, gaps_us: float, keep_optimizer: bool, recor
     code's evidence line) over the window.
 
     Without an unprofiled step: the gaps (their share of the profiled step carries over). With one
-    (:func:`~.recording.run_op_us`): the gaps plus the own time of the tiny ops a compiled step fuses
-    away, less this run's recording cost of every op the fix stops dispatching, is what the plain
-    script saves; it is given as the same share of the profiled step (× profiled ÷ unprofiled step),
-    as every saving is. Either way, less what the compiled code itself costs per call
+    (:func:`~.recording.dilation`): the plain script's share of the gaps, plus the own time of the tiny
+    ops a compiled step fuses away (their roofline work whole, their overhead at that share), is what
+    the plain script saves; it is given as the same share of the profiled step (× profiled ÷
+    unprofiled step), as every saving is. Either way, less what the compiled code itself costs per call
     (:mod:`.compiled_calls`) — unless the step is compiled already (the fix is then the graph breaks)."""
     n = ctx.ranks
     removed = {pos: compiled_away(ctx.analyses[pos], g, keep_optimizer) for pos, g in found}
@@ -143,27 +149,32 @@ def _saving(ctx: RuleContext, found, gaps_us: float, keep_optimizer: bool, recor
     kept_us = kept.us if kept is not None else 0.0
     kept_line = kept.line(fmt_time) if kept is not None and kept.us > 0 else None
     scale = ctx.step_scale
-    k = run_op_us(ctx, recorded * scale) if scale else None
-    if k is None:
+    stretch = dilation(ctx, found)
+    if stretch is None:
         saving = max(0.0, gaps_us - kept_us)
         return saving, saving, None, None, kept_line
-    gone = sum(r.recorded for r in removed.values()) / n
     fused = sum(r.fused_us for r in removed.values()) / n
-    plain = max(0.0, gaps_us + fused - k * gone - kept_us)
+    share = stretch.plain_share
+    # the fused ops' own time: their roofline work as recorded, their overhead as the plain script pays it
+    fused_over = sum(float(overhead_by_row(ctx.analyses[pos])[r.fused_rows].sum()) for pos, r in removed.items()) / n
+    plain = max(0.0, gaps_us * share + fused - fused_over * (1.0 - share) - kept_us)
     t = ctx.diagnosis.time
     saving = plain * t.step_us / t.unprofiled_step_us
     idle = saving * gaps_us / (gaps_us + fused) if gaps_us + fused > 0 else 0.0
     acts = {pos: r.fused_rows for pos, r in removed.items() if len(r.fused_rows)}
-    line = (f"the profiler's own recording: the steps took {fmt_time(t.step_us)} profiled and "
-            f"{fmt_time(t.unprofiled_step_us)} after it stopped, {k:.2f} µs per recorded op "
-            f"({recorded * scale:,.0f} a step; the probe's figure: {per_op:g} µs); the fix stops dispatching "
-            f"{gone:,.0f} of the {recorded:,.0f} recorded ops (the GEMM, convolution and attention kernels stay calls), "
-            f"whose {fmt_time(k * gone)} of recording the script without the profiler never pays: "
-            f"{fmt_time(gaps_us)} of gaps"
-            + (f" + {fmt_time(fused)} of {sum(len(r.fused_rows) for r in removed.values()) / n:,.0f} tiny ops fused "
-               f"away (runs of {FUSED_RUN_OPS}+ between kernel calls)" if fused > 0 else "")
-            + f" − {fmt_time(k * gone)}"
-            + (f" − {fmt_time(kept_us)} the compiled code keeps (below)" if kept_us > 0 else "")
+    k = run_op_us(ctx, recorded * scale)
+    stretched = (f"stretching it {stretch.factor:.2f}×" if stretch.factor
+                 else "all of it: the plain script has no overhead left to cut")
+    line = (f"the profiler's own cost: the steps took {fmt_time(t.step_us)} profiled and "
+            f"{fmt_time(t.unprofiled_step_us)} after it stopped ({k:.2f} µs per recorded op, {recorded * scale:,.0f} "
+            f"a step; the probe's bookkeeping alone: {per_op:g} µs); the {fmt_time(stretch.added_us)} it added falls on "
+            f"the overhead — {fmt_time(stretch.gaps_us)} of gaps and {fmt_time(stretch.overhead_us)} of the ops' time "
+            f"beyond their roofline — {stretched} (work at its roofline keeps its speed); the plain script pays "
+            f"{share:.0%} of the {fmt_time(gaps_us)} of gaps the fix removes"
+            + (f", and {fmt_time(fused - fused_over * (1.0 - share))} of the {fmt_time(fused)} that "
+               f"{sum(len(r.fused_rows) for r in removed.values()) / n:,.0f} tiny ops fused away took (runs of "
+               f"{FUSED_RUN_OPS}+ between kernel calls)" if fused > 0 else "")
+            + (f", less {fmt_time(kept_us)} the compiled code keeps (below)" if kept_us > 0 else "")
             + f" = {fmt_time(plain)} of the plain script's time; as a share of the profiled "
             f"step → {ctx.per_step(saving)}")
     return saving, idle, acts, line, kept_line

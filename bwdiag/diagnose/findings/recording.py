@@ -1,18 +1,17 @@
 """What the profiler's own recording adds to a CPU trace's gaps, and how much of it a fix takes away.
 
 ``torch.profiler`` costs the main thread time for every op it records (its name, input shapes, two
-timestamps). On a CPU trace that time lands mostly between ops, so the gaps a host-overhead finding
-measures are partly the profiler's. A fix that stops dispatching ops (``torch.compile``, a foreach
-optimizer) removes their recording along with the Python between them, and the plain script never
-paid that recording. So what the fix saves in the plain script is
-
-    the gaps it removes  −  k × the recorded ops it removes
-
-where ``k`` is the profiler's cost per recorded op *in this run*: (profiled step − unprofiled step) ÷
-recorded ops per step, when ``bwdiag run`` timed steps after the profiler stopped. Checked against
-the traces of the fixed runs (``benchmarks/whatif.py``'s captures, 5 Dec 2026): the profiled step's
-drop less ``k`` × the drop in recorded ops came to 9.10 ms against an unprofiled drop of 9.01 ms
-(tiny ops, compiled loss) and 125 vs 106 µs (decode, compiled model).
+timestamps), and it slows what runs around that bookkeeping: on a CPU trace the gaps between ops *and*
+the dispatch inside their spans stretch. A fix that stops dispatching ops (``torch.compile``, a foreach
+optimizer) removes the gaps, and the plain script never paid their stretch. How much the run was
+stretched is measured in the run itself when ``bwdiag run`` timed steps after the profiler stopped:
+the time the profiler added falls on the overhead — the gaps and the ops' time beyond their roofline —
+in proportion (:class:`Dilation`). The earlier model put all of it between ops, as ``k`` µs per
+recorded op the fix removes ((profiled − unprofiled step) ÷ recorded ops per step: :func:`run_op_us`,
+still shown): right for 300 tiny leaf ops (9.10 ms predicted against 9.01 ms on 5 Dec 2026), but on the
+decode loop of 7 Dec (1.90 ms profiled, 0.55 ms plain, 4.6 µs per op against the probe's 0.45) it
+subtracted more than all the gaps, where compiling saved 30 % of the step: a 14 µs ``linear`` spanned
+63 µs in the trace.
 
 A compiled graph still calls the GEMM, convolution and attention kernels one by one
 (``EXTERN_KERNELS``): those ops stay recorded and are not counted as removed. Tiny ops in long runs
@@ -25,6 +24,7 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from bwdiag.diagnose.findings.helpers import _DATA_LOADER, _OPT_STEP, TINY_OP_US, HostGaps, op_column
 
@@ -139,6 +139,75 @@ def run_op_us(ctx, recorded_per_step: float) -> float | None:
     if not (t.unprofiled_step_us and t.step_us and recorded_per_step > 0):
         return None
     return max(0.0, (t.step_us - t.unprofiled_step_us) / recorded_per_step)
+
+
+@dataclass(frozen=True)
+class Dilation:
+    """How the profiler stretched a run's overhead (over the window, mean per rank, µs).
+
+    The profiler's cost is more than its bookkeeping between ops: on the 2-core dev VM a decode step
+    took 1.90 ms profiled and 0.43–0.55 ms plain, and a tiny ``linear`` that costs 14 µs a call in a
+    plain loop spanned 63 µs in the trace — the recording of every op evicts what the next op and the
+    interpreter had in cache, so the dispatch and Python inside the ops' spans slow down as much as
+    the gaps between them. What runs at its roofline (a large GEMM, a long memory-bound loop) keeps its
+    speed. So the time the profiler added, ``added_us``, is taken to fall on the overhead — the gaps
+    and the ops' time beyond their roofline time — in proportion, and the plain script pays
+    ``plain_share`` of each."""
+
+    added_us: float  # (profiled − unprofiled step) over the window
+    gaps_us: float  # short gaps on the main thread
+    overhead_us: float  # the ops' time beyond their roofline time (unknown roofline: none)
+
+    @property
+    def plain_share(self) -> float:
+        """The share of the overhead the plain script pays: 1 − added ÷ (gaps + ops' overhead), ≥ 0."""
+        stretched = self.gaps_us + self.overhead_us
+        return max(0.0, 1.0 - self.added_us / stretched) if stretched > 0 else 0.0
+
+    @property
+    def factor(self) -> float | None:
+        """How many times longer the overhead ran profiled (None: all of it was the profiler's)."""
+        share = self.plain_share
+        return 1.0 / share if share > 0 else None
+
+
+def dilation(ctx, found) -> Dilation | None:
+    """The run's :class:`Dilation` for the (rank position, HostGaps) pairs ``found``; None without an
+    unprofiled step (``bwdiag run`` times the steps after the window) or a complete profiled one."""
+    t, scale = ctx.diagnosis.time, ctx.step_scale
+    if not (t.unprofiled_step_us and t.step_us and scale):
+        return None
+    n = ctx.ranks
+    added = max(0.0, t.step_us - t.unprofiled_step_us) / scale
+    gaps = sum(g.gap_us for _, g in found) / n
+    overhead = sum(ops_overhead_us(ctx.analyses[pos], g) for pos, g in found) / n
+    return Dilation(added, gaps, overhead)
+
+
+def ops_overhead_us(a, g: HostGaps) -> float:
+    """The time the CPU ops on ``g``'s thread of rank analysis ``a`` (outside DataLoader spans) spent
+    beyond their roofline time (:func:`overhead_by_row`)."""
+    acts, ops = a.activities, a.trace.ops
+    if acts.empty or ops.empty:
+        return 0.0
+    act_op = acts["op"].to_numpy()
+    tids = op_column(ops, "tid")
+    mine = (acts["kind"] == "cpu_op").to_numpy() & (act_op >= 0) & (tids[np.maximum(act_op, 0)] == g.tid)
+    mine[np.asarray(g.loader_rows, dtype=int)] = False
+    return float(overhead_by_row(a)[mine].sum())
+
+
+def overhead_by_row(a) -> np.ndarray:
+    """Per activity row of rank analysis ``a``: its time beyond its roofline time (its group's
+    ``best_time_s`` per op: max(FLOPs ÷ peak, bytes ÷ bandwidth)); 0 where the roofline time is
+    unknown (the op counts as all work)."""
+    acts, groups = a.activities, a.groups
+    if acts.empty or "best_time_s" not in groups.columns or "count" not in groups.columns:
+        return np.zeros(len(acts))
+    per_op = pd.to_numeric(groups["best_time_s"], errors="coerce") / pd.to_numeric(groups["count"], errors="coerce")
+    best = per_op.reindex(acts["group"]).to_numpy(dtype=float) * 1e6
+    dur = acts["dur"].to_numpy(dtype=float)
+    return np.where(np.isfinite(best), np.maximum(0.0, dur - np.nan_to_num(best)), 0.0)
 
 
 def recorded_ops(a, tid) -> int:
