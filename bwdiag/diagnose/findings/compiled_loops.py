@@ -7,7 +7,7 @@ vectorised code, not ATen's kernel the eager trace timed, and the two differ by 
 0.8 ns per element compiled against 1.3–1.7 eager on the AMD EPYC dev VM of 7 Dec 2026, and 5.5×
 *more* than eager on an earlier one. ``bwdiag calibrate`` measures it on the host
 (``device.calibration.values.compiled_pointwise``, :mod:`bwdiag.hardware.pointwise_probe`); without it
-the figures below stand.
+the eager ops' time beyond their bytes stands in (:func:`.chains.arithmetic_floor`).
 
 Checked on ``benchmarks/savings.py``'s elementwise chain (9 ops over 2 M floats, ``sigmoid`` and
 ``tanh`` among them, one thread): 11.39 ms a step eager, 6.70 ms compiled. The trace's bandwidth gave
@@ -22,35 +22,35 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-#: ns per element each op adds to an Inductor loop on the 2-core dev VM (AMD EPYC, AVX-512, torch 2.13
-#: CPU, 7 Dec 2026), by thread count: ``bwdiag calibrate``'s probe on an idle host.
-COMPILED_POINTWISE_NS: Mapping[str, Mapping[str, float]] = {
-    "1": {"tanh": 1.51, "sigmoid": 0.40, "exp": 0.32, "log": 0.57, "gelu": 0.64, "silu": 0.40, "erf": 0.56},
-    "2": {"tanh": 0.77, "sigmoid": 0.21, "exp": 0.16, "log": 0.29, "gelu": 0.33, "silu": 0.20, "erf": 0.29},
-}
-
 #: ``aten::tanh``, ``aten::tanh_``, ``aten::sigmoid.out`` … → the probe's op name.
 _OP = re.compile(r"^aten::([a-z0-9]+?)_?(?:\.\w+)?$")
 
 
 def loop_costs(ctx) -> tuple[Mapping[str, float], str]:
     """(ns per element per op, where the figures come from) at the thread count the trace ran with
-    (:attr:`~.base.RuleContext.torch_threads`; unknown: the most the figures hold, what a script gets
-    by default): the calibration's ``compiled_pointwise`` when the diagnosis used a calibration of the
-    trace's host that measured it, else ``COMPILED_POINTWISE_NS``. A thread count not measured gets
-    the one-thread figures ÷ its threads (a loop over a large tensor splits evenly)."""
+    (:attr:`~.base.RuleContext.torch_threads`; unknown: the most the calibration measured, what a
+    script gets by default), from the calibration's ``compiled_pointwise`` when the diagnosis used a
+    calibration of the trace's host that measured it. A thread count not measured gets the one-thread
+    figures ÷ its threads (a loop over a large tensor splits evenly). Without such a calibration: no
+    figures (``{}``) — another host's Inductor can be 2× faster or 5× slower than this one's, and the
+    trace's own eager ops are the better guess (:func:`.chains.loop_arithmetic` falls back on them)."""
     values = (ctx.diagnosis.device.calibration or {}).get("values") or {}
     measured = values.get("compiled_pointwise")
     table = measured.get("ns_per_element") if isinstance(measured, Mapping) else None
-    source = "measured on this host by bwdiag calibrate"
     if not _valid(table):
-        table, source = COMPILED_POINTWISE_NS, "measured on a 2-core dev VM; `bwdiag calibrate` measures this host"
+        return {}, UNCALIBRATED
+    source = "Inductor's ns per element, measured on this host by bwdiag calibrate"
     threads = ctx.torch_threads or max(int(k) for k in table)
     if str(threads) in table:
         return {str(k): float(v) for k, v in table[str(threads)].items()}, f"{source}, {threads} thread{'s' * (threads > 1)}"
     one = table.get("1") or table[max(table, key=int)]
     return ({str(k): float(v) / threads for k, v in one.items()},
             f"{source}: its one-thread figures ÷ the trace's {threads} threads")
+
+
+#: Where the arithmetic comes from without a calibration of the trace's host.
+UNCALIBRATED = ("from the eager ops' time beyond their bytes; `bwdiag calibrate` on the trace's host measures "
+                "Inductor's own loop")
 
 
 def _valid(table) -> bool:

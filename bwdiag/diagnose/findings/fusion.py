@@ -137,8 +137,8 @@ def _saving_line(ctx: RuleContext, runs: list, unit: str, saving: float) -> str:
         arith = sum(r.arithmetic_us for r in runs) / n
         ops = ", ".join(dict.fromkeys(str(o).removeprefix("aten::") for r in runs for o in r.arithmetic_ops))
         return (line + f"fused, {fmt_bytes(bytes_total - saved_total)} would take {fmt_time(memory)} at that "
-                       f"bandwidth, plus {fmt_time(arith)} for {ops} in the compiled loop (ns per element "
-                       f"{loop_costs(ctx)[1]}) — one CPU thread does both in turn → saves {fmt_time(time_total)} − "
+                       f"bandwidth, plus {fmt_time(arith)} for {ops} in the compiled loop "
+                       f"({loop_costs(ctx)[1]}) — one CPU thread does both in turn → saves {fmt_time(time_total)} − "
                        f"{fmt_time(memory + arith)} = {ctx.per_step(saving)}")
     bound = [r for r in runs if r.compute_bound]
     if not bound:
