@@ -75,6 +75,12 @@ def test_foreach_and_fused_adam_from_lists():
     c = estimate_op("aten::_fused_adam_", dims, types, [""] * 14, kernel_name="FusedAdamMathFunctor<float, 4>")
     m = 4096 * 1024
     assert c.bytes == (m * 4) * (2 + 1 + 2 + 2) + 1 * 4 * 2  # params rw, grads r, exp_avg rw, exp_avg_sq rw, step
+    # A CPU-only trace has no kernel name: the same bytes with fp32 assumed, and the note says so
+    c = estimate_op("aten::_fused_adamw_", dims, types, [""] * 14)
+    assert c.bytes == (m * 4) * (2 + 1 + 2 + 2) + 1 * 4 * 2 and c.dtype == "fp32" and "fp32 assumed" in c.note
+    c = estimate_op("aten::_foreach_add_", [[[1024, 1024], [1024]], [[1024, 1024], [1024]], []], types[:2] + ["Scalar"],
+                    ["", "", "1"])
+    assert c.bytes == 3 * (1024 * 1024 + 1024) * 4 and "fp32 assumed" in c.note
 
 
 def test_memcpy_memset_from_real_events():

@@ -442,4 +442,11 @@ def test_diff_of_an_h200_fix_shows_both_unprofiled_steps(tmp_path):
     assert h["verdict"] == "faster" and h["delta_us"] == pytest.approx(u["delta_us"])
     assert "Faster, beyond the noise: unprofiled step" in proc.stdout
     assert "recorded steps (under the profiler)" in proc.stdout
+    # A finding measured on the step is measured on the headline's steps, as its share of BEFORE's
+    # profiled step (the unit of every prediction): −Δ unprofiled × profiled ÷ unprofiled step.
+    on_step = -u["delta_us"] * doc["step"]["before"]["median_us"] / u["before_us"]
+    assert doc["findings"] and all(f["realised_on_step_us"] == pytest.approx(on_step) for f in doc["findings"])
+    for f in doc["findings"]:
+        if f["measured_on"].startswith("the step"):
+            assert f["realised_us"] == pytest.approx(on_step) and "unprofiled" in f["measured_on"]
     assert "unprofiled step" in (tmp_path / "d" / "diff.html").read_text()

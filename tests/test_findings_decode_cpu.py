@@ -74,3 +74,7 @@ def test_fused_adamw_gets_no_optimizer_advice(tmp_path):
     text = " ".join(f["title"] + " " + f["fix"] for f in d["findings"])
     assert "fused AdamW step" not in text and "per-parameter" not in text and "foreach=True" not in text
     assert "hand-written mean/var" not in text
+    # the fused step itself is a row of the kernel table (it calls aten::item inside, whose µs alone
+    # stood for it before), with its bytes: fp32 assumed, the trace records no TensorList types
+    (row,) = [k for k in d["kernels"] if k["name"] == "aten::_fused_adamw_"]
+    assert row["bytes"] and row["count"] >= 1 and row["category"] == "optimizer"

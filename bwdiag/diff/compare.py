@@ -65,7 +65,8 @@ def compare(before: Diagnosis, after: Diagnosis, *, before_meta: dict | None = N
     kernels = _kernel_section(groups_b, groups_a)
     runs, unfair, notes = _runs_section(before, after, kernels)
     time = _time_section(before, after, sb, sa)
-    findings = [_finding_row(f, before, after, groups_b, groups_a, time, step, per_step)
+    on_step = _step_change(before, step)
+    findings = [_finding_row(f, before, after, groups_b, groups_a, time, on_step, per_step)
                 for f in before.findings]
     doc = {
         "schema": SCHEMA,
@@ -112,6 +113,19 @@ def headline(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------ the step
+
+def _step_change(before: Diagnosis, step: dict[str, Any]) -> dict[str, Any]:
+    """The step's change a finding's realised saving is measured on when no narrower measure applies:
+    the headline's (the unprofiled steps when both captures timed enough of them), given — like every
+    saving bwdiag predicts — as its share of BEFORE's profiled step (Δ unprofiled × profiled ÷
+    unprofiled step), so that it compares with the prediction. A fused AdamW measured on the recorded
+    steps read −2.5 ms where the unprofiled steps, the headline, said +10.7 ms."""
+    h = headline({"step": step})
+    t = before.time
+    if h["source"] == "unprofiled" and t.step_us and t.unprofiled_step_us:
+        return {"delta_us": h["delta_us"] * t.step_us / t.unprofiled_step_us, "source": "unprofiled"}
+    return {"delta_us": step["delta_us"], "source": "recorded"}
+
 
 
 def _has_steps(d: Diagnosis) -> bool:
@@ -434,6 +448,9 @@ def _label_named(line: str, label: str, own: tuple[str, ...]) -> bool:
 
 def _finding_row(f: Finding, before: Diagnosis, after: Diagnosis, gb: dict, ga: dict,
                  time: dict, step: dict, per_step: bool) -> dict[str, Any]:
+    """One finding of BEFORE in AFTER; ``step``: :func:`_step_change`."""
+    on_step = "the step" + (" (its unprofiled steps, as a share of the profiled one)" if step["source"] == "unprofiled"
+                            else "")
     predicted = _predicted(f, per_step)
     graph = _graph_predicted(f, per_step)
     later = _match_finding(f, after)
@@ -453,10 +470,10 @@ def _finding_row(f: Finding, before: Diagnosis, after: Diagnosis, gb: dict, ga: 
         measured_on = f"{len(keys)} kernel group(s) named in its evidence"
         realised = sum(gb[k]["us"] for k in keys) - sum(ga[k]["us"] for k in keys if k in ga)
     elif keys:  # every group it names is gone and its ops run at other shapes (a batch-size fix): not comparable
-        measured_on = "the step (the groups it names run at other shapes in AFTER)"
+        measured_on = f"{on_step}: the groups it names run at other shapes in AFTER"
         realised = -step["delta_us"]
     else:
-        measured_on = "the step"
+        measured_on = on_step
         realised = -step["delta_us"]
     return {
         "kind": kind,
