@@ -153,6 +153,12 @@ def test_inference_steps_found_from_top_level_forward(tmp_path: Path) -> None:
     for step in steps:  # each recorded step holds exactly one forward: one addmm
         inside = [e for e in _ops(trace, "aten::addmm") if step["ts"] <= e["ts"] <= step["ts"] + step["dur"]]
         assert len(inside) == 1
+        # ... and the whole of the model's module span: the step is marked before the span opens (the
+        # first recorded step's root span used to open in the warm-up step and be lost, so its modules
+        # read "0" where the later steps' read "Sequential.0")
+        roots = [e for e in trace["traceEvents"] if e.get("name") == "nn.Module: Sequential"
+                 and step["ts"] <= e["ts"] and e["ts"] + e["dur"] <= step["ts"] + step["dur"]]
+        assert len(roots) == 1, step["name"]
 
 
 def test_profile_context_manager(tmp_path: Path) -> None:

@@ -199,3 +199,15 @@ def test_garbage_examples():
         c = estimate_op(*args)
         assert c.flops is None and c.bytes is None and c.note
 
+
+
+def test_dropout_that_returns_its_input_does_no_work():
+    # aten::dropout(input, p, train) returns its input in eval mode or with p = 0 (ATen's _dropout):
+    # an nn.Dropout of an inference model moved 4 × 128 × 4 × 2 = 4 kB by the old formula, and read as
+    # "finishes ten times faster than this CPU could" on a CPU trace.
+    dims, types = [[4, 1, 128], [], []], ["float", "Double", "Bool"]
+    for conc in (["", "0.1", "False"], ["", "0.0", "True"]):
+        c = estimate_op("aten::dropout", dims, types, conc)
+        assert (c.flops, c.bytes) == (0.0, 0.0) and "returns its input" in c.note
+    c = estimate_op("aten::dropout", dims, types, ["", "0.1", "True"])
+    assert c.bytes == 2 * 512 * 4  # training: reads the input, writes the output

@@ -38,9 +38,12 @@ def compiled_graphs_present() -> bool:
 class ModuleAnnotator:
     """Global forward hooks that wrap each module forward in a named ``record_function``."""
 
-    def __init__(self, torch: ModuleType) -> None:
+    def __init__(self, torch: ModuleType, before_top_level: Any = None) -> None:
+        """``before_top_level(module)``: called as a top-level forward starts, before its span opens
+        (the step markers mark a step there, so the step's span holds the whole forward)."""
         from torch.nn.modules import module as nn_module
 
+        self._before_top_level = before_top_level
         # The ops behind `record_function.__enter__/__exit__`, called directly (no Python context
         # object per module call). The exit op is called with __torch_function__ handling off, as
         # record_function does: with it on, the call costs about twice as much.
@@ -75,6 +78,10 @@ class ModuleAnnotator:
 
     def _pre(self, module: Any, args: Any) -> None:
         stack = self._stack()
+        if not stack and self._before_top_level is not None:
+            self._before_top_level(module)
+            if not self._handles:  # that step ended the window: the annotations are gone
+                return
         if not stack:  # a top-level forward: name its whole tree once
             if self._path(module) != "":
                 for path, child in module.named_modules():

@@ -74,6 +74,12 @@ class StepMarkers:
         elif kind is StepOn.TIME:
             self._start_timer(self.marker.seconds)
 
+    def top_forward_starting(self, module: Any) -> None:
+        """A top-level module's forward is about to start (the module annotations' pre-hook says so
+        before it opens the module's span): a forward marker marks the step now (:meth:`_TopModuleWatch.early`)."""
+        if self._top is not None:
+            self._top.early(module)
+
     def remove(self) -> None:
         """Remove every hook (idempotent)."""
         for handle in self._handles:
@@ -187,6 +193,21 @@ class _TopModuleWatch:
         ]
         self._hidden = GlobalHookWarningHidden()
         self._instance: Any = None
+        self._called_early = False  # early() ran for the call now starting: the instance hook skips it
+
+    def early(self, module: Any) -> None:
+        """The watched module's forward is about to start, told by a global pre-hook that runs before
+        the instance hook (the module annotations'): mark the step there, so the step's span opens
+        before the module's own annotation does and holds all of it."""
+        if module is not None and module is self.module:
+            self._called_early = True
+            self._on_call()
+
+    def _instance_pre(self) -> None:
+        if self._called_early:
+            self._called_early = False
+            return
+        self._on_call()
 
     def describe(self) -> str:
         return type(self.module).__name__ if self.module is not None else "the model"
@@ -203,7 +224,7 @@ class _TopModuleWatch:
         if self.module is None and self._matches(module):
             self.module = module
             self._drop_global()
-            self._instance = module.register_forward_pre_hook(lambda m, a: self._on_call())
+            self._instance = module.register_forward_pre_hook(lambda m, a: self._instance_pre())
             self._on_call()  # this call started before the instance hook existed
             return
         self._depth += 1

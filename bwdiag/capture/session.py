@@ -260,7 +260,8 @@ class CaptureSession:
         self._prof = prof
         self.phase = Phase.WARMUP if opts.warmup else Phase.RECORDING
         if annotate:
-            self._annotator = ModuleAnnotator(torch)
+            self._annotator = ModuleAnnotator(
+                torch, self._markers.top_forward_starting if self._markers is not None else None)
         elif opts.with_modules:
             self.say("torch.compile graphs present: module annotations skipped")
 

@@ -161,10 +161,16 @@ def _dispatch(a: OpArgs, category: Category) -> Cost:
 
 
 def _dropout(a: OpArgs) -> Cost:
-    """native_dropout(input, p, train): read input, write output and a bool mask."""
+    """native_dropout(input, p, train): read input, write output and a bool mask. ``aten::dropout`` /
+    ``feature_dropout`` in eval mode (``train`` False) or with ``p`` 0 return their input: no work
+    (``nn.Dropout`` of an inference model, or a config's ``dropout=0.0``)."""
     x = a.shape(0)
     if x is None:
         raise ShapeError("dropout input")
+    if a.name in ("aten::dropout", "aten::feature_dropout") and (a.value("train", True) is False
+                                                                 or a.value("p", None) in (0, 0.0)):
+        return Cost(0.0, 0.0, bwdiag_dtype(a.type(0)), Category.RANDOM, False,
+                    "returns its input (eval mode or p = 0): no work")
     t = memory.Traffic()
     t.add(x, a.elem(0))
     t.add(x, a.elem(0), "output")
