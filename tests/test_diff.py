@@ -450,3 +450,18 @@ def test_diff_of_an_h200_fix_shows_both_unprofiled_steps(tmp_path):
         if f["measured_on"].startswith("the step"):
             assert f["realised_us"] == pytest.approx(on_step) and "unprofiled" in f["measured_on"]
     assert "unprofiled step" in (tmp_path / "d" / "diff.html").read_text()
+
+
+def test_findings_measured_on_the_step_say_they_share_it():
+    from bwdiag.diff.compare import _shared_step
+
+    rows = [{"title": "A", "measured_on": "the step (its unprofiled steps, as a share of the profiled one)"},
+            {"title": "B", "measured_on": "idle time"},
+            {"title": "C", "measured_on": "the step"}]
+    out = _shared_step(rows)
+    assert [r["shared_with"] for r in out] == [["C"], [], ["A"]]
+    assert out[0]["measured_on"].endswith("— the same change as 1 other finding(s) measured there")
+    assert out[1]["measured_on"] == "idle time"
+    # one finding alone on the step shares it with nobody
+    (only,) = _shared_step([{"title": "A", "measured_on": "the step"}])
+    assert only["shared_with"] == [] and only["measured_on"] == "the step"

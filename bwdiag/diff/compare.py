@@ -21,7 +21,9 @@ saving bwdiag still predicts in AFTER with the one it predicted in BEFORE: ``res
 20 % of it remains (or the finding is gone), ``still there`` from 80 %, ``partly`` between. The
 *realised* saving is measured where the finding acts: on idle time for host-side findings (host,
 data loader, syncs, launches), on exposed communication for overlap findings, else on the kernel
-groups its evidence names (see :func:`_acts_on`), else on the step; and always on the step too.
+groups its evidence names (see :func:`_acts_on`), else on the step (the headline's steps; several
+findings measured there each name the others in ``shared_with``: they share one change); and always on
+the step too.
 ``graph_predicted_us`` is the dependency-graph what-if's saving for the finding alone (the trace
 re-timed with the fix applied), a prediction of the step's change: ``realised_on_step_over_graph``
 compares the two (null in diagnoses written before the graph model).
@@ -66,8 +68,8 @@ def compare(before: Diagnosis, after: Diagnosis, *, before_meta: dict | None = N
     runs, unfair, notes = _runs_section(before, after, kernels)
     time = _time_section(before, after, sb, sa)
     on_step = _step_change(before, step)
-    findings = [_finding_row(f, before, after, groups_b, groups_a, time, on_step, per_step)
-                for f in before.findings]
+    findings = _shared_step([_finding_row(f, before, after, groups_b, groups_a, time, on_step, per_step)
+                             for f in before.findings])
     doc = {
         "schema": SCHEMA,
         "bwdiag_version": __version__,
@@ -444,6 +446,18 @@ def _label_named(line: str, label: str, own: tuple[str, ...]) -> bool:
             return True
         at = line.find(label, at + 1)
     return False
+
+
+def _shared_step(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows measured on the step each hold the whole step's change: where several are, each says how
+    many share it (``shared_with``: the others' titles), so a reader does not add them up."""
+    on_step = [r for r in rows if r["measured_on"].startswith("the step")]
+    for r in rows:
+        mine = any(o is r for o in on_step)
+        r["shared_with"] = [o["title"] for o in on_step if o is not r] if mine and len(on_step) > 1 else []
+        if r["shared_with"]:
+            r["measured_on"] += f" — the same change as {len(r['shared_with'])} other finding(s) measured there"
+    return rows
 
 
 def _finding_row(f: Finding, before: Diagnosis, after: Diagnosis, gb: dict, ga: dict,
