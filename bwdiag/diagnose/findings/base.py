@@ -170,12 +170,23 @@ class RuleContext:
         step, total = self.diagnosis.time.step_us, self.total_us
         return step / total if step and total > 0 else None
 
-    def per_step(self, saving_us: float) -> str:
+    def per_step(self, saving_us: float, *, measured: bool = False) -> str:
         """A window total with its unit: ``"1.2 ms over the window (400 µs per step)"`` — the
-        evidence's arithmetic is over the window, the per-step figure is what "saves" shows."""
+        evidence's arithmetic is over the window, the per-step figure is what "saves" shows.
+        ``measured``: a time measured in the trace (gaps, not a saving): per profiled step."""
         scale = self.step_scale
         text = f"{fmt_time(saving_us)} over the window"
-        return text if scale is None else f"{text} ({fmt_time(saving_us * scale)} per step)"
+        if scale is None:
+            return text
+        t = self.diagnosis.time
+        if measured and self.is_cpu and t.unprofiled_step_us:
+            return f"{text} ({fmt_time(saving_us * scale)} per profiled step)"
+        if self.is_cpu and t.unprofiled_step_us and t.step_us:
+            # the views show a CPU trace's shares on the step the script runs without the profiler
+            # (report.verdict.unprofiled_scale): the evidence's per-step figure is the one "saves" shows
+            plain = saving_us * scale * t.unprofiled_step_us / t.step_us
+            return f"{text} ({fmt_time(plain)} per step as run without the profiler)"
+        return f"{text} ({fmt_time(saving_us * scale)} per step)"
 
     def times(self, count: float) -> str:
         """A repeat count with its unit: ``"×15 in the window, ≈5 per step"``."""

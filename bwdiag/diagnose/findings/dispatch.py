@@ -106,9 +106,9 @@ def host_overhead(ctx: RuleContext) -> list[RuleResult]:
         f"the main thread does no op's work for {fmt_time(measured)} in {gaps:,.0f} short gaps (ops at work: "
         f"{fmt_time(work_us)}): {fmt_time(between)} between its {ops:,.0f} top-level ops (Python), "
         f"{fmt_time(measured - between)} inside them (autograd nodes, dispatch to the kernels)"
-        + ("" if moved > 0 else f" → {ctx.per_step(measured)}"),
+        + ("" if moved > 0 else f" → {ctx.per_step(measured, measured=True)}"),
         *([f"less the optimizer step's {fmt_time(moved)} of gaps, which the fused step of \"{fused_step[0].title}\" "
-           f"removes (compiling the forward and backward does not) → {ctx.per_step(measured - moved)}"] if moved > 0 else []),
+           f"removes (compiling the forward and backward does not) → {ctx.per_step(measured - moved, measured=True)}"] if moved > 0 else []),
         plain_line or
         f"≈{fmt_time(profiler_us)} of the gaps is the profiler's own recording ({recorded:,.0f} recorded ops × "
         f"{per_op:g} µs, {per_op_source}); not subtracted: it lengthens the ops too, so the gaps' share of the step is what "
