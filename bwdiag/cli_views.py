@@ -202,6 +202,10 @@ def _host_costs(path) -> list[str]:
     except (OSError, ValueError):
         return []
     lines = []
+    if isinstance(one := measured.get("one_thread"), dict):  # the ceilings above are at the default threads
+        lines.append(f"one thread    memory BW {si(max(one['copy_bytes_per_s'], one['triad_bytes_per_s']), 'B/s')}, "
+                     + ", ".join(f"{dtype} {si(v, 'FLOP/s')}" for dtype, v in one["gemm_flops_per_s"].items())
+                     + f" (the default: {measured.get('threads')} threads)")
     if isinstance(op_us := measured.get("profiler_op_us"), (int, float)):
         lines.append(f"profiler      {op_us:.2f} µs per recorded op")
     if compiled := measured.get("compiled_call"):

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from bwdiag.cli import main
 from bwdiag.diagnose.device import device_info
 from bwdiag.diagnose.model import SpecSource
+from bwdiag.hardware.spec import DeviceSpec
 from bwdiag.errors import BwdiagError, DeviceSpecError
 from bwdiag.hardware import Dtype, find_device, list_devices, resolve_device
 from bwdiag.hardware.spec import GIB, fallback_spec
@@ -495,6 +496,73 @@ def test_quick_calibration_is_positive_and_round_trips(calibrated, monkeypatch):
     # and a CPU trace now uses it
     resolved, warnings = resolve_device(None, trace_kind="cpu")
     assert resolved.spec_source is SpecSource.CALIBRATED and warnings == []
+
+
+def test_a_one_thread_trace_meets_the_one_thread_ceilings(calibrated, monkeypatch):
+    """``bwdiag calibrate`` measures one thread as well as the default count; a CPU trace whose capture
+    ran one torch thread is held to those (a 2-thread GEMM roof made a 1-thread trace's GEMMs read as
+    half overhead, and the host-overhead saving over-promised)."""
+    import torch
+
+    from bwdiag.hardware.calibrate import cache_path, device_identity
+
+    spec, cache = calibrated
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    measured = json.loads(cache_path(device_identity("cpu")).read_text())["measurements"]
+    threads = torch.get_num_threads()
+    if threads == 1:
+        assert "one_thread" not in measured
+        pytest.skip("this host runs torch on one thread: the default is the one-thread measurement")
+    one = measured["one_thread"]
+    one_bw = max(one["copy_bytes_per_s"], one["triad_bytes_per_s"])
+    meta = [{"bwdiag": {"torch_threads": 1}}]
+    resolved, _ = resolve_device(None, trace_kind="cpu", trace_metadata=None)
+    assert resolved.memory_bandwidth == spec.memory_bandwidth  # no trace: this process's threads, the default
+    # a trace recorded on this host at one thread (trace_host reads the host facts; none here: this host)
+    from bwdiag.hardware import match
+
+    monkeypatch.setattr(match, "trace_host", lambda m: match.this_host())
+    resolved, _ = resolve_device(None, trace_kind="cpu", trace_metadata=meta)
+    assert resolved.memory_bandwidth == one_bw
+    assert dict(resolved.vector_flops) == {k: v for k, v in one["gemm_flops_per_s"].items()}
+    assert any("1 torch thread" in n for n in resolved.notes)
+    default, _ = resolve_device(None, trace_kind="cpu", trace_metadata=[{"bwdiag": {"torch_threads": threads}}])
+    assert default.memory_bandwidth == spec.memory_bandwidth and dict(default.vector_flops) == dict(spec.vector_flops)
+
+
+def _cpu_spec(bandwidth: float, fp32: float) -> DeviceSpec:
+    return DeviceSpec(name="host", kind="cpu", vendor="x", tensor_flops={}, vector_flops={"fp32": fp32},
+                      memory_bandwidth=bandwidth, interconnect_bandwidth=None, sm_count=8, memory_bytes=None,
+                      spec_source=SpecSource.CALIBRATED)
+
+
+def test_ceilings_between_the_measured_thread_counts():
+    from bwdiag.hardware.threads import at_threads, trace_threads
+
+    spec = _cpu_spec(100e9, 800e9)  # 8 threads
+    entry = {"threads": 8, "thread_ceilings": {"8": {"memory_bandwidth": 100e9, "vector_flops": {"fp32": 800e9}},
+                                               "1": {"memory_bandwidth": 20e9, "vector_flops": {"fp32": 110e9}}}}
+    same, note = at_threads(spec, entry, 8)
+    assert same is spec and note is None
+    assert at_threads(spec, entry, None) == (spec, None)
+    one, _ = at_threads(spec, entry, 1)
+    assert (one.memory_bandwidth, one.vector_flops["fp32"]) == (20e9, 110e9)  # measured
+    # 3 threads: the one-thread figures × 3, each capped by the 8-thread one
+    three, note = at_threads(spec, entry, 3)
+    assert (three.memory_bandwidth, three.vector_flops["fp32"]) == (60e9, 330e9) and "one-thread" in note
+    six, _ = at_threads(spec, entry, 6)
+    assert (six.memory_bandwidth, six.vector_flops["fp32"]) == (100e9, 660e9)
+    # more threads than the calibration ran: its ceilings, said
+    more, note = at_threads(spec, entry, 16)
+    assert more is spec and "16 torch threads" in note
+    # a calibration from before the one-thread measurement: compute scales with the threads, bandwidth stays
+    old, note = at_threads(spec, {"threads": 8}, 2)
+    assert (old.memory_bandwidth, old.vector_flops["fp32"]) == (100e9, 200e9) and "calibrate` again" in note
+    # malformed rows are skipped, not trusted
+    bad, _ = at_threads(spec, {"threads": 8, "thread_ceilings": {"1": {"memory_bandwidth": -1, "vector_flops": {}}}}, 2)
+    assert (bad.memory_bandwidth, bad.vector_flops["fp32"]) == (100e9, 200e9)
+    assert trace_threads([{"bwdiag": {"torch_threads": 1}}, {"bwdiag": {"torch_threads": 2}}, {}]) == 2
+    assert trace_threads([{"bwdiag": {"torch_threads": True}}]) is None and trace_threads(None) is None
 
 
 def test_corrupt_calibration_cache_names_the_file(calibrated, tmp_path, monkeypatch):

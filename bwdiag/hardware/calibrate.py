@@ -45,6 +45,7 @@ from bwdiag.hardware.host import HostFacts, calibration_host, host_record
 from bwdiag.hardware.lookup import gpu_spec
 from bwdiag.hardware.pointwise_probe import compiled_pointwise
 from bwdiag.hardware.spec import GIB, DeviceSpec, SpecSource, spec_from_entry
+from bwdiag.hardware.threads import thread_ceilings
 
 CACHE_SCHEMA = "bwdiag/calibration@1"
 
@@ -138,6 +139,8 @@ class CalibrationSnapshot:
                                                                   (int, float)) else {}),
                 **({"compiled_call": _plain(compiled)} if isinstance(compiled := self.entry.get("compiled_call"),
                                                                     Mapping) else {}),
+                **({"thread_ceilings": _plain(by_threads)}
+                   if isinstance(by_threads := self.entry.get("thread_ceilings"), Mapping) else {}),
                 **({"compiled_pointwise": _plain(pointwise)}
                    if isinstance(pointwise := self.entry.get("compiled_pointwise"), Mapping) else {}),
             },
@@ -308,6 +311,24 @@ def _str_or_none(value: Any) -> str | None:
 def _measure_cpu(quick: bool, quiet: Any = None) -> dict[str, Any]:
     import torch
 
+    threads = torch.get_num_threads()
+    result: dict[str, Any] = {"threads": threads, **_cpu_ceilings(quick)}
+    if threads > 1:  # a script run with torch.set_num_threads(1) (or OMP_NUM_THREADS=1) meets these
+        torch.set_num_threads(1)
+        try:
+            result["one_thread"] = _cpu_ceilings(quick)
+        finally:
+            torch.set_num_threads(threads)
+    result["profiler_op_us"] = _profiler_op_us(quick, quiet)
+    result["compiled_call"] = _compiled_call(quick)
+    result["compiled_pointwise"] = compiled_pointwise(quick)
+    return result
+
+
+def _cpu_ceilings(quick: bool) -> dict[str, Any]:
+    """STREAM copy/triad and GEMM FLOP/s per dtype at the current torch thread count."""
+    import torch
+
     reps = REPS[quick]
     n = CPU_STREAM_ELEMENTS[quick]
     a = torch.empty(n, dtype=torch.float32)
@@ -319,7 +340,6 @@ def _measure_cpu(quick: bool, quiet: Any = None) -> dict[str, Any]:
     del a, b, c
     item = 4
     result: dict[str, Any] = {
-        "threads": torch.get_num_threads(),
         "stream_elements": n,
         "copy_bytes_per_s": 2 * n * item / copy_s,
         "triad_bytes_per_s": 3 * n * item / triad_s,
@@ -335,9 +355,6 @@ def _measure_cpu(quick: bool, quiet: Any = None) -> dict[str, Any]:
         gemm["bf16"] = _cpu_gemm(size, torch.bfloat16, reps)
     result["gemm_n"] = size
     result["gemm_flops_per_s"] = gemm
-    result["profiler_op_us"] = _profiler_op_us(quick, quiet)
-    result["compiled_call"] = _compiled_call(quick)
-    result["compiled_pointwise"] = compiled_pointwise(quick)
     return result
 
 
@@ -559,6 +576,8 @@ def _entry(identity: DeviceIdentity, measured: dict[str, Any], quick: bool, torc
         return {
             "name": f"{identity.name}, calibrated",
             "kind": "cpu",
+            "threads": measured["threads"],
+            "thread_ceilings": thread_ceilings(measured),
             "profiler_op_us": measured.get("profiler_op_us"),
             "compiled_call": measured.get("compiled_call"),
             "compiled_pointwise": measured.get("compiled_pointwise"),

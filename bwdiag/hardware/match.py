@@ -13,6 +13,7 @@ from bwdiag.hardware.host import HostFacts, host_mismatch, this_host, trace_host
 from bwdiag.hardware.lookup import NameParts, find_device, gpu_spec, parse_name
 from bwdiag.hardware.override import apply_override
 from bwdiag.hardware.spec import DeviceSpec, fallback_spec
+from bwdiag.hardware.threads import at_threads, trace_threads
 
 
 def resolve_device(
@@ -51,6 +52,15 @@ def resolve_device(
 
 
 def _cpu_spec(warnings: list[str], metadata: Sequence[Mapping[str, Any]] | None) -> DeviceSpec:
+    """The calibrated (or assumed) ceilings, at the torch threads the capture recorded
+    (:func:`~bwdiag.hardware.threads.at_threads`)."""
+    spec = _calibrated_cpu_spec(warnings, metadata)
+    if spec.calibration is not None:
+        spec, _ = at_threads(spec, spec.calibration.entry, trace_threads(metadata))
+    return spec
+
+
+def _calibrated_cpu_spec(warnings: list[str], metadata: Sequence[Mapping[str, Any]] | None) -> DeviceSpec:
     if metadata is None:
         hosts = [this_host()]
         embedded = None
