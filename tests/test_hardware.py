@@ -542,24 +542,23 @@ def test_ceilings_between_the_measured_thread_counts():
     spec = _cpu_spec(100e9, 800e9)  # 8 threads
     entry = {"threads": 8, "thread_ceilings": {"8": {"memory_bandwidth": 100e9, "vector_flops": {"fp32": 800e9}},
                                                "1": {"memory_bandwidth": 20e9, "vector_flops": {"fp32": 110e9}}}}
-    same, note = at_threads(spec, entry, 8)
-    assert same is spec and note is None
-    assert at_threads(spec, entry, None) == (spec, None)
-    one, _ = at_threads(spec, entry, 1)
+    assert at_threads(spec, entry, 8) is spec and at_threads(spec, entry, None) is spec
+    one = at_threads(spec, entry, 1)
     assert (one.memory_bandwidth, one.vector_flops["fp32"]) == (20e9, 110e9)  # measured
     # 3 threads: the one-thread figures × 3, each capped by the 8-thread one
-    three, note = at_threads(spec, entry, 3)
-    assert (three.memory_bandwidth, three.vector_flops["fp32"]) == (60e9, 330e9) and "one-thread" in note
-    six, _ = at_threads(spec, entry, 6)
+    three = at_threads(spec, entry, 3)
+    assert (three.memory_bandwidth, three.vector_flops["fp32"]) == (60e9, 330e9) and "one-thread" in three.notes[-1]
+    six = at_threads(spec, entry, 6)
     assert (six.memory_bandwidth, six.vector_flops["fp32"]) == (100e9, 660e9)
     # more threads than the calibration ran: its ceilings, said
-    more, note = at_threads(spec, entry, 16)
-    assert more is spec and "16 torch threads" in note
+    more = at_threads(spec, entry, 16)
+    assert (more.memory_bandwidth, dict(more.vector_flops)) == (spec.memory_bandwidth, dict(spec.vector_flops))
+    assert "16 torch threads" in more.notes[-1]
     # a calibration from before the one-thread measurement: compute scales with the threads, bandwidth stays
-    old, note = at_threads(spec, {"threads": 8}, 2)
-    assert (old.memory_bandwidth, old.vector_flops["fp32"]) == (100e9, 200e9) and "calibrate` again" in note
+    old = at_threads(spec, {"threads": 8}, 2)
+    assert (old.memory_bandwidth, old.vector_flops["fp32"]) == (100e9, 200e9) and "calibrate` again" in old.notes[-1]
     # malformed rows are skipped, not trusted
-    bad, _ = at_threads(spec, {"threads": 8, "thread_ceilings": {"1": {"memory_bandwidth": -1, "vector_flops": {}}}}, 2)
+    bad = at_threads(spec, {"threads": 8, "thread_ceilings": {"1": {"memory_bandwidth": -1, "vector_flops": {}}}}, 2)
     assert (bad.memory_bandwidth, bad.vector_flops["fp32"]) == (100e9, 200e9)
     assert trace_threads([{"bwdiag": {"torch_threads": 1}}, {"bwdiag": {"torch_threads": 2}}, {}]) == 2
     assert trace_threads([{"bwdiag": {"torch_threads": True}}]) is None and trace_threads(None) is None

@@ -56,7 +56,7 @@ def _cpu_spec(warnings: list[str], metadata: Sequence[Mapping[str, Any]] | None)
     (:func:`~bwdiag.hardware.threads.at_threads`)."""
     spec = _calibrated_cpu_spec(warnings, metadata)
     if spec.calibration is not None:
-        spec, _ = at_threads(spec, spec.calibration.entry, trace_threads(metadata))
+        spec = at_threads(spec, spec.calibration.entry, trace_threads(metadata))
     return spec
 
 

@@ -37,19 +37,19 @@ def thread_ceilings(measured: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return table
 
 
-def at_threads(spec: DeviceSpec, entry: Mapping[str, Any], threads: int | None) -> tuple[DeviceSpec, str | None]:
-    """``spec`` (a CPU calibration's ceilings, from ``entry``) at ``threads`` torch threads, and a
-    note saying how they were found (None: unchanged — the threads are unknown or the calibration's)."""
+def at_threads(spec: DeviceSpec, entry: Mapping[str, Any], threads: int | None) -> DeviceSpec:
+    """``spec`` (a CPU calibration's ceilings, from ``entry``) at ``threads`` torch threads, with a
+    note saying how they were found; unchanged when the threads are unknown or the calibration's."""
     calibrated = entry.get("threads")
     if not _count(threads) or not _count(calibrated) or threads == calibrated:
-        return spec, None
+        return spec
     table = _table(entry.get("thread_ceilings"))
     if threads in table:
         bandwidth, flops = table[threads]
         how = f"measured at {threads} thread{'s' if threads > 1 else ''} by `bwdiag calibrate`"
     elif threads > calibrated:
-        return spec, (f"the trace ran {threads} torch threads on a host calibrated at {calibrated}: its "
-                      f"{calibrated}-thread ceilings are used")
+        return replace(spec, notes=spec.notes + (f"the trace ran {threads} torch threads on a host calibrated at "
+                                                 f"{calibrated}: its {calibrated}-thread ceilings are used",))
     else:
         share = threads / calibrated
         one = table.get(1)
@@ -63,7 +63,7 @@ def at_threads(spec: DeviceSpec, entry: Mapping[str, Any], threads: int | None) 
             f"default is {calibrated}): {how}.")
     return replace(spec, memory_bandwidth=float(bandwidth),
                    vector_flops={**dict(spec.vector_flops), **{k: float(v) for k, v in flops.items()}},
-                   notes=spec.notes + (note,)), note
+                   notes=spec.notes + (note,))
 
 
 def trace_threads(metadata) -> int | None:

@@ -22,6 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from bwdiag.diagnose.findings.helpers import fmt_time
+from bwdiag.hardware.threads import trace_threads
 from bwdiag.diagnose.unaddressed import unaddressed
 from bwdiag.diagnose.model import CommFit, Diagnosis, Finding, FindingKind, IdleBreakdown, LaunchStats, WhatIf
 from bwdiag.diagnose.names import name_matches
@@ -146,10 +147,7 @@ class RuleContext:
     def torch_threads(self) -> int | None:
         """The intra-op thread count a bwdiag capture recorded (``torch.get_num_threads()`` when it
         wrote the trace; the largest among the ranks), None when no capture said."""
-        found = [int(t) for a in self.analyses
-                 if isinstance(meta := (getattr(a.trace, "metadata", None) or {}).get("bwdiag"), dict)
-                 and isinstance(t := meta.get("torch_threads"), int) and not isinstance(t, bool) and t > 0]
-        return max(found) if found else None
+        return trace_threads([getattr(a.trace, "metadata", None) or {} for a in self.analyses])
 
     @property
     def is_cpu(self) -> bool:
