@@ -316,3 +316,27 @@ def test_rule_matches_torch_flop_counter_for_ungrouped_convs():
         cb = estimate_op("aten::convolution_backward", dims_b, [F32] * 3 + [SL] * 4 + [S, SL, S, SL], conc_b)
         assert cb.flops == bwd(out, x, w, None, stride, padding, [1] * n, transposed, [0] * n, 1,
                                [True, True, False], out_val=(x, w, None))
+
+
+def test_an_unpriced_aten_op_that_runs_its_own_kernel_is_one_unit_of_work(tmp_path):
+    """An ATen op with no cost formula is opened up into the ops it calls, unless it runs for over
+    OWN_WORK_US with none of them running (its kernel): then it is one unit of work, and its kernel's
+    time is not read as dispatch gaps between its children."""
+    def ev(name, ts, dur, cat="cpu_op"):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": {}}
+
+    events = [ev("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+              # zeroes its buffers, then 240 µs of its own kernel, then re-lays out its outputs
+              ev("aten::_made_up_backward", 10, 300), ev("aten::zeros", 12, 8), ev("aten::fill_", 14, 5),
+              ev("aten::transpose", 300, 2), ev("aten::as_strided", 300.5, 1),
+              # a wrapper whose children follow one another: opened up, its own 30 µs are gaps
+              ev("aten::_made_up_wrapper", 400, 100), ev("aten::mul", 410, 30), ev("aten::add", 470, 20),
+              # an autograd node runs Python and the engine between ops: opened up whatever its stretches
+              ev("autograd::engine::evaluate_function: MadeUpBackward", 600, 300), ev("aten::mul", 820, 30)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    traces, _ = load_traces([path])
+    acts = cpu_activities(traces[0])
+    assert sorted(acts["name"]) == ["aten::_made_up_backward", "aten::add", "aten::mul", "aten::mul"]
+    made_up = acts[acts["name"] == "aten::_made_up_backward"]
+    assert made_up["dur"].tolist() == [300] and made_up["flops"].isna().all()  # no estimate, not zero

@@ -180,3 +180,16 @@ def test_transposed_cudnn_conv():
     # transposed: every input pixel meets the whole filter: 2 * N * (H*W)_in * C_in * C_out/groups * k*k
     assert c.flops == 2 * 1 * 64 * 16 * 4 * 16
     assert c.bytes == (16 * 64 + 16 * 4 * 16 + 8 * 16 * 16) * 4
+
+
+def test_cpu_flash_attention_backward_is_priced():
+    # as torch 2.13 CPU records it (examples/train_transformer.py, 7 Dec 2026): grad_out, q, k, v, out
+    # [8, 4, 64, 32] fp32, logsumexp [8, 4, 64], dropout 0., is_causal True, attn_mask, scale
+    x = [8, 4, 64, 32]
+    c = estimate_op("aten::_scaled_dot_product_flash_attention_for_cpu_backward", [x] * 5 + [[8, 4, 64], [], [], [], []],
+                    [F32] * 6 + ["Scalar", "Scalar", "", ""], ["", "", "", "", "", "", "0.", "True", "", ""])
+    # five s × s × d products (the scores recomputed, dV, dP, dQ, dK), half of each under the causal mask
+    assert c.flops == 5 * 2 * 8 * 4 * 64 * 64 * 32 / 2 == 20_971_520
+    # reads grad_out, q, k, v, out and the fp32 logsumexp; writes dq, dk, dv
+    assert c.bytes == (5 * 65_536 + 8 * 4 * 64 + 3 * 65_536) * 4 == 2_105_344
+    assert c.category is Category.ATTENTION

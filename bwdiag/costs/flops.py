@@ -142,6 +142,7 @@ _ATTENTION = {
     "aten::_scaled_dot_product_flash_attention_backward": ("bhsd", True),
     "aten::_scaled_dot_product_efficient_attention_backward": ("bhsd", True),
     "aten::_scaled_dot_product_cudnn_attention_backward": ("bhsd", True),
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": ("bhsd", True),
     "aten::_cudnn_attention_backward": ("bhsd", True),
     "aten::_flash_attention_backward": ("bshd", True),
     "aten::_efficient_attention_backward": ("bshd", True),

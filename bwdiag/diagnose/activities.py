@@ -37,6 +37,14 @@ ACTIVITY_COLUMNS = [
 
 # Ops whose cost is arithmetic done by their main kernels; helper kernels they launch (by their own
 # name) take none of it.
+#: An ATen op runs no Python between the ops it calls: a stretch of its own time longer than this,
+#: with no child op running, is its kernel at work, not dispatch. Such an op with no cost formula is one
+#: unit of work; opened up, its kernel's time would read as dispatch gaps —
+#: ``aten::_scaled_dot_product_flash_attention_for_cpu_backward`` zeroes its gradient buffers, runs its
+#: kernel for ≈ 830 µs with no child op, then calls ``transpose`` (7.5 ms of the bundled transformer's
+#: window on 7 Dec 2026 read as host overhead, before the cost model knew that op).
+OWN_WORK_US = 50.0
+
 _COMPUTE = frozenset({Category.GEMM.value, Category.CONV.value, Category.ATTENTION.value})
 _COPY_LIKE = frozenset({Category.COPY.value, Category.CAST.value, Category.MEMSET.value, Category.MEMCPY.value})
 _HELPER = _COPY_LIKE | {Category.ELEMENTWISE.value}
@@ -152,6 +160,19 @@ def gpu_activities(trace: RankTrace) -> pd.DataFrame:
     return out
 
 
+def _works_itself(cpu: pd.DataFrame, idx: int, kids: list[int]) -> bool:
+    """Whether op ``idx`` (an index label of ``cpu``; ``kids`` its children) is an ATen op that runs
+    for over ``OWN_WORK_US`` at a stretch with none of its children running."""
+    if not str(cpu.at[idx, "name"]).startswith("aten::"):
+        return False
+    t, stop = float(cpu.at[idx, "ts"]), float(cpu.at[idx, "end"])
+    for start, end in sorted((float(cpu.at[k, "ts"]), float(cpu.at[k, "end"])) for k in kids):
+        if start - t > OWN_WORK_US:
+            return True
+        t = max(t, end)
+    return stop - t > OWN_WORK_US
+
+
 def cpu_activities(trace: RankTrace) -> pd.DataFrame:
     """The CPU ops of a CPU-only trace that do the work, with their cost estimates.
 
@@ -189,7 +210,7 @@ def cpu_activities(trace: RankTrace) -> pd.DataFrame:
             stack.extend((k, root) for k in reversed(kids or []))
             continue
         cost = costs[idx]
-        if not kids or cost.flops is not None or cost.bytes is not None:
+        if not kids or cost.flops is not None or cost.bytes is not None or _works_itself(cpu, idx, kids):
             work.append(idx)
             if root >= 0:
                 in_root[idx] = root
