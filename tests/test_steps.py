@@ -161,3 +161,51 @@ def test_an_oversubscribed_recording_host_is_named():
     (w,) = _busy_host_warnings([digest(1.5, 2), digest(4.8, 2)])
     assert "load average 4.8 on 2 cores" in w
     assert _busy_host_warnings([digest(2.9, 2), SimpleNamespace(metadata={})]) == []  # within cores + 1
+
+
+def test_a_window_that_slowed_while_the_plain_steps_did_not_is_named():
+    from bwdiag.diagnose.steps import slowed_window
+
+    plain = (26000.0, 25500.0, 27000.0, 26500.0, 25800.0, 26200.0, 30000.0, 25900.0)
+    # the transformer window of 7 Dec 2026: median (60806 + 63821) / 2 = 62313.5 = 1.411 × 44163
+    w = slowed_window((44163.0, 60806.0, 63821.0, 66306.0), plain)
+    assert w is not None and "44.2, 60.8, 63.8, 66.3 ms" in w and "1.41×" in w and "8 steps" in w
+    assert "25.7–27.9 ms" in w  # np.percentile(plain, 10) = 25710, (…, 90) = 27900 by linear interpolation
+    # a capture minutes later: 30.7 / 28.0 — the profiler's even cost, nothing named
+    assert slowed_window((28674.0, 28020.0, 30759.0, 32579.0), plain) is None
+    assert slowed_window((10000.0, 13900.0, 13900.0), plain) is None  # median 1.39× the fastest
+    assert slowed_window((10000.0, 14100.0, 14100.0), plain) is not None  # 1.41×
+    # a DataLoader falling behind every other step: the plain steps show the same pattern, not named
+    pattern = (3000.0, 30000.0, 3000.0, 30000.0, 3000.0, 30000.0)
+    assert slowed_window((3000.0, 30000.0, 30000.0, 3000.0, 30000.0), pattern) is None
+    assert slowed_window((44163.0, 60806.0, 63821.0), plain[:4]) is None  # too few plain steps to judge
+    assert slowed_window((44163.0, 60806.0), plain) is None  # too few recorded ones
+
+
+def test_the_slowed_sample_window_is_named_from_its_trace_and_clock():
+    """sample_traces/transformer_cpu_window_slowed: a real capture whose window slowed (benchmarks/whatif.py,
+    7 Dec 2026). The warning's figures are the trace's ProfilerStep spans and the clock file's steps, read
+    here by hand."""
+    import gzip
+    import json
+
+    import numpy as np
+
+    from conftest import SAMPLE_TRACES
+
+    from bwdiag.pipeline import analyze
+
+    folder = SAMPLE_TRACES / "transformer_cpu_window_slowed"
+    events = json.loads(gzip.open(folder / "rank0.pt.trace.json.gz").read())["traceEvents"]
+    spans = sorted((e["ts"], e["dur"]) for e in events
+                   if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("cat") == "user_annotation")
+    assert len(spans) == 4
+    durs = [d for _, d in spans]
+    assert np.median(durs) / min(durs) > 1.8  # 32.6 ms, then three of about 60 ms
+    plain = json.loads((folder / "rank0.clock.json").read_text())["after_window"]["host_us"]
+    d = analyze([folder])
+    (w,) = [w for w in d.warnings if w.startswith("the recorded window slowed down")]
+    assert ", ".join(f"{x / 1e3:.1f}" for x in durs) + " ms" in w
+    kept = len(d.time.unprofiled_step_durations_us)
+    assert kept >= len(plain) - 3 and f"{kept} steps timed without the profiler" in w
+    assert d.time.unprofiled_step_us < 0.5 * d.time.step_us  # 26.5 ms plain against 59.7 ms recorded

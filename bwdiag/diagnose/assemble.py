@@ -21,7 +21,7 @@ from bwdiag.diagnose.device import device_info
 from bwdiag.diagnose.digest import COVERAGE_KEYS, RankDigest
 from bwdiag.diagnose.model import TIME_KEYS, Coverage, DeviceInfo, Diagnosis, Source, TimeBreakdown
 from bwdiag.diagnose.ranks import straggler
-from bwdiag.diagnose.steps import unprofiled_step
+from bwdiag.diagnose.steps import slowed_window, unprofiled_step
 from bwdiag.diagnose.records import mean_record
 from bwdiag.hardware import DeviceSpec, resolve_device
 from bwdiag.hardware.host import oversubscribed, trace_host
@@ -65,11 +65,14 @@ def assemble(digests: Sequence[RankDigest], spec: DeviceSpec, warnings: Sequence
     compiled = [d.compiled for d in digests if d.compiled]
     spans = [d.steps for d in digests if d.steps is not None]
     coverage = _coverage(digests)
+    time = _time(digests, spans)
+    if (slowed := slowed_window(time.step_durations_us, time.unprofiled_step_durations_us)) is not None:
+        warnings.append(slowed)
     return Diagnosis(
         source=Source(tuple(str(d.path) for d in digests), tuple(d.rank for d in digests), trace_kind,
                       _torch_version(digests)),
         device=_device_info(spec, digests),
-        time=_time(digests, spans),
+        time=time,
         kernels=tuple(sorted(kernels, key=lambda r: -r.total_us)),
         collectives=tuple(collectives),
         findings=(),

@@ -231,3 +231,31 @@ def _median_of(timed: dict, last: int | None, settle: bool = False) -> Unprofile
                     return UnprofiledSteps(float(np.mean(chosen)), chosen_ids, clock, "mean", tuple(chosen))
                 return UnprofiledSteps(med, chosen_ids, clock, "median", tuple(chosen))
     return None
+
+
+#: A recorded window whose median step is this many times its fastest one slowed down as it ran …
+WINDOW_SLOWDOWN = 1.4
+#: … when the steps run after it without the profiler kept within this ratio (median ÷ 10th percentile).
+PLAIN_STEADY = 1.2
+
+
+def slowed_window(recorded: tuple[float, ...], plain: tuple[float, ...]) -> str | None:
+    """A warning when the recorded steps slowed down while the profiler ran and the steps timed
+    without it did not, else None. Seen on the 2-core dev VM (7 Dec 2026): the transformer's window
+    ran 44, 61, 64, 66 ms a step where the 30 steps after it ran 25–30 ms, its memory-bound ops 5–7×
+    slower than in a capture minutes later (28–33 ms): a host that slows while recording, not the
+    profiler's own cost, which is the same every step. Op times, achieved bandwidths and every saving
+    priced from them then read slower than the script runs. ``recorded``/``plain``: the complete
+    recorded steps' and the unprofiled steps' durations (µs)."""
+    if len(recorded) < 3 or len(plain) < 5:
+        return None
+    fastest, median = min(recorded), float(np.median(recorded))
+    plain_median, plain_low = float(np.median(plain)), float(np.percentile(plain, 10))
+    if fastest <= 0 or plain_low <= 0 or median < WINDOW_SLOWDOWN * fastest or plain_median >= PLAIN_STEADY * plain_low:
+        return None
+    steps = ", ".join(f"{us / 1e3:.1f}" for us in recorded)
+    return (f"the recorded window slowed down as it ran: its steps took {steps} ms (the median {median / fastest:.2f}× "
+            f"the fastest) while the {len(plain)} steps timed without the profiler took "
+            f"{plain_low / 1e3:.1f}–{float(np.percentile(plain, 90)) / 1e3:.1f} ms (10th–90th percentile): the host "
+            f"slowed while recording (other work, memory pressure, CPU clocks), so op times, achieved bandwidths and "
+            f"the savings priced from them read slower than the script runs — record again before acting on them")
