@@ -216,6 +216,32 @@ def test_cpu_data_loader_saves_the_time_inside_next():
     assert "persistent_workers=True" in r.finding.fix and "pin_memory" not in r.finding.fix
 
 
+def _with_cores(ctx, cores):
+    import dataclasses
+
+    d = ctx.diagnosis
+    d = dataclasses.replace(d, device=dataclasses.replace(d.device, trace_host={"hostname": "h", "cores": cores}))
+    return type(ctx)(d, ctx.analyses)
+
+
+def test_the_loader_fix_counts_the_recording_hosts_cores():
+    base = context([_loader_rank()], total_us=900, trace_kind="cpu")
+    (r,) = host.data_loader(base)  # cores unknown: the old advice, no host line
+    assert "num_workers=8" in r.finding.fix and "up to the free cores" in r.finding.fix
+    assert not any("cores of the recording host" in e or "core of the recording host" in e for e in r.finding.evidence)
+    (r,) = host.data_loader(_with_cores(base, 2))  # the 2-core VM: one core beside the main thread
+    assert "past 1 (this host's 2 cores less the main thread) only an I/O-bound __getitem__ gains" in r.finding.fix
+    assert "the script has 2 cores of the recording host: workers beyond 1 load in parallel only while" \
+        in r.finding.evidence[-1]
+    assert r.est_saving_us == pytest.approx(590.0)  # the wait is what the finding measures, cores or not
+    # a loader on the main thread: as many workers as the cores beside it, four at most
+    single = _loader_rank()
+    single.trace.ops.loc[1, "name"] = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    for cores, workers in ((2, 1), (3, 2), (16, 4), (1, 1)):
+        (r,) = host.data_loader(_with_cores(context([single], total_us=900, trace_kind="cpu"), cores))
+        assert f"num_workers={workers}," in r.finding.fix, (cores, r.finding.fix)
+
+
 def test_loader_wait_is_not_host_overhead_too():
     results = run_rules(context([_loader_rank()], total_us=900, trace_kind="cpu"))
     by = {r.kind: r.est_saving_us for r in results}

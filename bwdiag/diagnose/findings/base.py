@@ -133,6 +133,13 @@ class RuleContext:
         return self.job_ranks or self.ranks
 
     @property
+    def host_cores(self) -> int | None:
+        """The cores of the host that recorded the trace (``device.trace_host.cores``: a bwdiag
+        capture's ``os.cpu_count()``), None when the trace does not say."""
+        cores = (self.diagnosis.device.trace_host or {}).get("cores")
+        return cores if isinstance(cores, int) and not isinstance(cores, bool) and cores > 0 else None
+
+    @property
     def frameworks(self) -> frozenset[str]:
         """Training frameworks a bwdiag capture saw the script use (``lightning``, ``hf_trainer``): a
         fix then names their switch, not a function the user never wrote."""

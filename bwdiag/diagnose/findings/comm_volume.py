@@ -192,8 +192,8 @@ def _cpu_blocking(ctx: RuleContext, groups: list[_Group]) -> list[RuleResult]:
     beside = sum(float(by_bound.get(k, 0.0)) for k in ("compute", "memory", "latency"))
     # The collective runs on gloo's own thread: it proceeds beside the main thread only with a core
     # of its own (the trace's host cores ÷ its ranks, when the trace records them).
-    cores = (ctx.diagnosis.device.trace_host or {}).get("cores")
-    no_core = isinstance(cores, int) and cores < 2 * ctx.ranks_in_job
+    cores = ctx.host_cores
+    no_core = cores is not None and cores < 2 * ctx.ranks_in_job
     saving = 0.0 if no_core else min(exposed, beside)
     if not no_core and not ctx.worth_reporting(saving):
         return []

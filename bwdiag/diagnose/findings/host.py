@@ -87,18 +87,46 @@ def _cpu_data_loader(ctx: RuleContext) -> list[RuleResult]:
         "num_workers=0: the main thread loads every batch itself" if single else
         "the workers do not keep up: the step waits for every batch they have not prepared yet",
     ]
-    if single:
-        fix = ("loader = torch.utils.data.DataLoader(dataset, batch_size=bs, num_workers=4,\n"
-               "                                     persistent_workers=True, prefetch_factor=2)")
-    else:
-        fix = ("loader = torch.utils.data.DataLoader(dataset, batch_size=bs,\n"
-               "    num_workers=8,             # more than now, up to the free cores: each worker loads batches in parallel\n"
-               "    persistent_workers=True,   # no worker start-up at every epoch\n"
-               "    prefetch_factor=4)         # batches each worker prepares ahead\n"
-               "# and make __getitem__ cheaper: decode/augment once offline, or cache")
+    cores = _cores_per_rank(ctx)
+    if cores is not None:
+        evidence.append(_cores_line(cores, ctx.ranks_in_job))
+    fix = _loader_fix(single, cores)
     # The ops inside the spans are activities (what-if: their time), the rest of the spans idle.
     return [ctx.finding(FindingKind.DATA_LOADER, "Load batches off the main thread: DataLoader workers",
                         saving, evidence, fix, acts=acts, idle_us=max(0.0, saving - work))]
+
+
+def _cores_per_rank(ctx: RuleContext) -> int | None:
+    """The recording host's cores each rank's loader can use (its cores ÷ the job's ranks), None unknown."""
+    cores = ctx.host_cores
+    return max(1, cores // ctx.ranks_in_job) if cores is not None else None
+
+
+def _cores_line(cores: int, ranks: int) -> str:
+    share = f" ({ranks} ranks share the host)" if ranks > 1 else ""
+    return (f"the script has {cores} core{'s' * (cores > 1)} of the recording host{share}: workers beyond "
+            f"{max(1, cores - 1)} load in parallel only while __getitem__ waits (disk, network, a sleep); a CPU-bound "
+            f"one then competes with the main thread for the cores, and a cheaper __getitem__ is the fix")
+
+
+def _loader_fix(single: bool, cores: int | None) -> str:
+    """The DataLoader arguments to paste: as many workers as the host's cores allow beside the main
+    thread (``cores`` per rank, None unknown), more only for a loader that waits."""
+    free = max(1, cores - 1) if cores is not None else None
+    if single:
+        n = min(4, free) if free is not None else 4
+        why = (f"  # {cores} core{'s' * (cores > 1)} here: {free} beside the main thread (more for a loader waiting on I/O)"
+               if cores is not None else "")
+        return ("loader = torch.utils.data.DataLoader(dataset, batch_size=bs,\n"
+                f"    num_workers={n},{why}\n"
+                "    persistent_workers=True, prefetch_factor=2)")
+    cores_note = (f"more than now; past {free} (this host's {cores} cores less the main thread) only an I/O-bound "
+                  f"__getitem__ gains" if cores is not None else "more than now, up to the free cores")
+    return ("loader = torch.utils.data.DataLoader(dataset, batch_size=bs,\n"
+            f"    num_workers=8,             # {cores_note}: each worker loads batches in parallel\n"
+            "    persistent_workers=True,   # no worker start-up at every epoch\n"
+            "    prefetch_factor=4)         # batches each worker prepares ahead\n"
+            "# and make __getitem__ cheaper: decode/augment once offline, or cache")
 
 
 def host_bound(ctx: RuleContext) -> list[RuleResult]:
