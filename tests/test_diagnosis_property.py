@@ -126,7 +126,9 @@ def test_mutated_gpu_trace_gives_clean_diagnosis(tmp_path, seed, rate):
 def test_module_less_groups_carry_none_not_nan():
     """Kernel groups with no module (pandas NaN in the group table) reach the report as None."""
     d = analyze([SAMPLE_TRACES / "train_transformer_cpu"])
-    # 110 of its 128 groups ran outside any module (before the boundary cleaner: 110 NaN modules).
-    assert sum(k.module is None for k in d.kernels) == 110
+    # 108 of its 126 groups ran outside any module. (110 of 128 until the CPU SDPA backward was priced: its
+    # zeros / empty / transpose calls, three module-less groups, are now inside that one group.)
+    assert sum(k.module is None for k in d.kernels) == 108
+    assert len(d.kernels) == 126
     _check_fields(d)
     render_html(d)
