@@ -5,7 +5,9 @@
 For each workload of ``savings_workloads.py``:
 
 1. ``bwdiag run --step-on label:savings_step`` on the unmodified loop; the **predicted** saving of a
-   finding is its ``est_saving_per_step_us`` in that run's ``diagnosis.json``;
+   finding is what its fix saves in that run's ``diagnosis.json``: ``fix_saving_per_step_us`` where the
+   fix also resolves other findings (``same_fix``: one ``torch.compile`` covers their code too), else
+   the saving the views show (the dependency graph's, else the rule's ``est_saving_per_step_us``);
 2. one process builds the "before" loop and every fixed variant, warms them up, and times them in
    interleaved rounds (``--rounds``, order alternating each round), each step with
    ``time.perf_counter``; a variant's step time is the median over rounds of each round's median;
@@ -156,8 +158,10 @@ def measure(workload: str, out: Path, rounds: int, steps: int, processes: int = 
     rows = []
     for rank, f in enumerate(top3, 1):
         v = variant_for(workload, f)
-        # the saving the views show: the dependency graph's where there is one, else the rule's
-        raw = f.get("graph_saving_per_step_us")
+        # the fix as applied: with the findings it also resolves (one torch.compile) where it resolves
+        # others, else the saving the views show (the dependency graph's where there is one, else the rule's)
+        raw = f.get("fix_saving_per_step_us") if f.get("same_fix") else None
+        raw = f.get("graph_saving_per_step_us") if raw is None else raw
         raw = f.get("est_saving_per_step_us") if raw is None else raw
         share = raw / diagnosis["time"]["step_us"] if raw is not None and diagnosis["time"].get("step_us") else None
         row = {"rank": rank, "kind": f["kind"], "title": f["title"], "predicted_profiled_us": raw,

@@ -80,7 +80,8 @@ def test_findings_json_round_trip():
     assert out["findings"][0]["kind"] == "fusion"
     assert set(out["findings"][0]) == {"kind", "title", "est_saving_us", "est_saving_pct", "evidence", "fix",
                                            "est_saving_per_step_us", "graph_saving_us", "graph_saving_per_step_us",
-                                           "graph_saving_pct"}
+                                           "graph_saving_pct", "same_fix", "fix_saving_us", "fix_saving_per_step_us",
+                                           "fix_saving_pct"}
     assert isinstance(out["projected_us"], float)
     assert all(type(f["graph_saving_us"]) is float for f in out["findings"])
     assert type(out["whatif"]["graph_projected_us"]) is float

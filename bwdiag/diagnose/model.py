@@ -235,6 +235,15 @@ class Finding(Record):
     graph_saving_per_step_us: float | None = None  # the same in one median profiler step
     #: the graph saving as a share of the window it was re-timed from (``WhatIf.graph_base_us``)
     graph_saving_pct: float | None = None
+    #: the titles of the other findings this finding's fix also resolves (one ``torch.compile`` that
+    #: covers their compile targets too: ``diagnose.findings.same_fix``); empty for most findings
+    same_fix: tuple[str, ...] = ()
+    #: the saving of this finding and ``same_fix`` applied together — what applying this fix saves
+    #: (re-timed on the dependency graph where there is one, else the what-if's subtraction; over
+    #: the window, mean per rank); None when ``same_fix`` is empty
+    fix_saving_us: float | None = None
+    fix_saving_per_step_us: float | None = None  # the same in one median profiler step
+    fix_saving_pct: float | None = None  # the same as a share of the window the saving is taken from
 
     # -- the saving every view shows and ranks by (:func:`shown`: the graph's where it has one) --
 

@@ -16,7 +16,8 @@ from bwdiag.report.display import display_tree, humanize
 from bwdiag.report.roofline import build_roofline, byte_only, plottable
 from bwdiag.report.values import bound_of, jsonable, num
 from bwdiag.report.verdict import (BASELINE_TOLERANCE, TIME_LABELS, VERDICT_FINDINGS, build_verdict, models_note,
-                                   projected_time, ranked_findings, saving_shown, unprofiled_scale)
+                                   projected_time, ranked_findings, same_fix_note, same_fix_refs, saving_shown,
+                                   unprofiled_scale)
 
 __all__ = ["build_context", "kernel_records", "projected_time", "VERDICT_FINDINGS", "KERNEL_COLUMNS"]
 
@@ -258,7 +259,9 @@ def _findings(d: Diagnosis, kernels: list[KernelRow]) -> list[dict]:
     idle, total = d.idle, num(d.time.total_us)
     host_wait = num(idle.host_wait_us) / total if idle is not None and total > 0 else None
     scale = unprofiled_scale(d)  # a CPU trace: per-step µs of the unprofiled step, as the projection
-    for f in ranked_findings(d):
+    listed = ranked_findings(d)
+    titles = [f.title for f in listed]
+    for f in listed:
         rule = f.est_saving_per_step_us * scale if f.saving_per_step_us is not None else f.est_saving_us
         out.append({
             "kind": f.kind,
@@ -270,6 +273,12 @@ def _findings(d: Diagnosis, kernels: list[KernelRow]) -> list[dict]:
             # both models' figures in one line when they differ (None when they agree)
             "models_note": models_note(f, host_wait),
             "rule_saving_shown_us": rule,
+            # the other findings its fix resolves and what the fix saves with them (None for most)
+            "same_fix_note": same_fix_note(f, titles, scale),
+            "same_fix_refs": same_fix_refs(f, titles) if f.same_fix else None,
+            "fix_saving_shown_us": (None if f.fix_saving_us is None else f.fix_saving_per_step_us * scale
+                                    if f.fix_saving_per_step_us is not None and f.saving_per_step_us is not None
+                                    else f.fix_saving_us),
             "evidence": [{"text": e, "find": e if linkable(e) else None} for e in f.evidence],
             "fix": f.fix,
         })

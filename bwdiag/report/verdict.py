@@ -3,7 +3,7 @@ step time projected once they are fixed."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from bwdiag.units import fmt_time
 from bwdiag.diagnose.model import TIME_KEYS, Diagnosis, Finding
@@ -251,6 +251,29 @@ def models_note(f: Finding, host_wait_share: float | None = None) -> str | None:
             f"(host order, launches, streams, syncs) {fmt_time(graph)}")
     why = _why_models_differ(f, rule, graph, host_wait_share)
     return line + (f", {why}." if why else ".")
+
+
+def same_fix_note(f: Finding, titles: Sequence[str], scale: float = 1.0) -> str | None:
+    """One line naming the other findings this finding's fix also resolves (``Finding.same_fix``) and
+    what the fix saves with them (``Finding.fix_saving_us``), in the unit its own saving is shown in;
+    ``titles``: the listed findings in order, to give each one's number. None for most findings."""
+    if not f.same_fix or f.fix_saving_us is None:
+        return None
+    named = same_fix_refs(f, titles)
+    per_step = f.fix_saving_per_step_us is not None and f.saving_per_step_us is not None
+    saving = f.fix_saving_per_step_us * scale if per_step else f.fix_saving_us
+    unit = "per step" if per_step else "over the window"
+    pct = f" ({f.fix_saving_pct:.1f}%)" if f.fix_saving_pct is not None else ""
+    how = "re-timed on the dependency graph" if f.graph_saving_us is not None else "without counting a kernel twice"
+    return (f"The same fix also resolves {named}: applied, it saves {fmt_time(saving)} {unit}{pct} with "
+            f"{'it' if len(f.same_fix) == 1 else 'them'} ({how}); the list counts each finding once.")
+
+
+def same_fix_refs(f: Finding, titles: Sequence[str]) -> str:
+    """The findings ``f``'s fix also resolves, by their number in ``titles`` (the listed findings in
+    order; a title not listed is quoted)."""
+    pos = {t: i for i, t in enumerate(titles, 1)}
+    return ", ".join(f"#{pos[t]}" if t in pos else f"\"{t}\"" for t in f.same_fix)
 
 
 #: Kinds whose saving is host or idle time rather than kernel time (as ``diff.compare.IDLE_KINDS``).

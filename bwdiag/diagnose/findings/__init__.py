@@ -14,7 +14,9 @@ import dataclasses
 
 from bwdiag.diagnose.findings.base import RuleContext, RuleResult, with_findings
 from bwdiag.diagnose.findings.registry import RULES, Rule, run_rules
-from bwdiag.diagnose.findings.whatif import graph_alone, graph_project, graph_together, project, with_graph
+from bwdiag.diagnose.findings.same_fix import same_fix_sets
+from bwdiag.diagnose.findings.whatif import (graph_alone, graph_project, graph_together, project, together_savings,
+                                             with_graph)
 from bwdiag.diagnose.model import Diagnosis
 
 __all__ = ["RULES", "Rule", "RuleContext", "RuleResult", "add_findings", "graph_project", "project", "ranked",
@@ -43,10 +45,13 @@ def add_findings(diagnosis: Diagnosis, analyses, results_out: list | None = None
                    for r, g in zip(results, alone.savings)]
     order = ranked([r.finding for r in results])
     results = [results[i] for i in order]
+    if alone is not None:
+        alone = alone.reordered(order)
+    results = _with_same_fix(ctx, results, alone)
     if results_out is not None:
         results_out.extend(results)
     projection = project(ctx, results) if results else None
-    graph = graph_together(alone.reordered(order)) if alone is not None else None
+    graph = graph_together(alone) if alone is not None else None
     if graph is not None:
         projection = with_graph(projection, graph)
     findings = [r.finding for r in results]
@@ -54,8 +59,23 @@ def add_findings(diagnosis: Diagnosis, analyses, results_out: list | None = None
     if scale is not None:
         findings = [dataclasses.replace(f, est_saving_per_step_us=f.est_saving_us * scale,
                                         graph_saving_per_step_us=None if f.graph_saving_us is None
-                                        else f.graph_saving_us * scale) for f in findings]
+                                        else f.graph_saving_us * scale,
+                                        fix_saving_per_step_us=None if f.fix_saving_us is None
+                                        else f.fix_saving_us * scale) for f in findings]
     return with_findings(diagnosis, findings, projection)
+
+
+def _with_same_fix(ctx: RuleContext, results: list[RuleResult], alone) -> list[RuleResult]:
+    """``results`` with, on each finding whose fix also resolves others (:mod:`.same_fix`), their titles
+    and the saving of the set applied together (:func:`~.whatif.together_savings`)."""
+    sets = same_fix_sets([r.finding.fix for r in results], ctx.is_training)
+    if not any(sets):
+        return results
+    savings = together_savings(ctx, results, sets, alone)
+    return [r if not others or saving is None else dataclasses.replace(r, finding=dataclasses.replace(
+                r.finding, same_fix=tuple(results[j].finding.title for j in others),
+                fix_saving_us=float(saving[0]), fix_saving_pct=float(saving[1])))
+            for r, others, saving in zip(results, sets, savings)]
 
 
 def ranked(findings) -> list[int]:

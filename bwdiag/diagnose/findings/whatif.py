@@ -229,6 +229,40 @@ def graph_together(alone: GraphAlone) -> GraphProjection | None:
                            alone.trace_us if alone.trace_us is not None else alone.base_us)
 
 
+def together_savings(ctx: RuleContext, results: Sequence[RuleResult], sets: Sequence[tuple[int, ...]],
+                     alone: GraphAlone | None) -> list[tuple[float, float] | None]:
+    """Per result, the saving (window µs, and as a share of the window in percent) of it and the
+    results ``sets`` names for it applied together — one fix that resolves several findings
+    (:mod:`.same_fix`); None where its set is empty. Re-timed on the dependency graph (``alone``,
+    in the order of ``results``: each node changed once) when there is one, else the subtraction of
+    :func:`project` over the set (no kernel saved twice). A set shared by several results is worked
+    out once."""
+    done: dict[tuple[int, ...], tuple[float, float] | None] = {}
+    out: list[tuple[float, float] | None] = []
+    for i, others in enumerate(sets):
+        if not others:
+            out.append(None)
+            continue
+        members = tuple(sorted({i, *others}))
+        if members not in done:
+            done[members] = _together(ctx, results, members, alone)
+        out.append(done[members])
+    return out
+
+
+def _together(ctx: RuleContext, results: Sequence[RuleResult], members: tuple[int, ...],
+              alone: GraphAlone | None) -> tuple[float, float] | None:
+    if alone is not None:
+        timing = depgraph.retime(alone.graph, _with(alone.baseline, [alone.changes[k] for k in members],
+                                                    alone.graph.size))
+        if timing.converged:  # as Finding.graph_saving_pct: a share of the window the graph starts from
+            saved, base = _saved(alone.base_us, float(timing.window_us)), alone.base_in(ctx.total_us)
+            return saved, (100.0 * saved / base if base > 0 else 0.0)
+    total = ctx.total_us
+    saved = project(ctx, [results[k] for k in members]).saved_us
+    return saved, (100.0 * saved / total if total > 0 else 0.0)
+
+
 def graph_project(ctx: RuleContext, results: Sequence[RuleResult], graph: Graph | None = None) -> GraphProjection | None:
     """Each result's saving on the dependency graph, and the top ``PROJECTED_FINDINGS`` together
     (in the order given)."""
