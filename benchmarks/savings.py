@@ -71,9 +71,16 @@ FIXES = (
 CAPTURE_STEPS = 3 + 1 + 4 + AFTER_WINDOW_STEPS + 1
 
 
+#: Where the finding's fix compiles the whole training step (``train_step = torch.compile(train_step)``:
+#: forward, loss and backward), the variant that does so rather than the model alone.
+STEP_VARIANTS = {"transformer": "compile_step"}
+
+
 def variant_for(workload: str, finding: dict) -> str | None:
     for w, kind, pattern, variant in FIXES:
         if w == workload and finding["kind"] == kind and re.search(pattern, finding["title"]):
+            if variant == "compile" and (finding.get("fix") or "").startswith("train_step = torch.compile"):
+                return STEP_VARIANTS.get(workload, variant)
             return variant
     return None
 

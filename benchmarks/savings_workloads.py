@@ -146,9 +146,15 @@ def transformer(variant: str):
     if variant == "compile_loss":
         loss_fn = torch.compile(loss_fn)
 
+    def loss_of(idx, tgt):  # forward and loss: what the step runs before backward
+        return loss_fn(forward(idx), tgt)
+
+    if variant == "compile_step":  # "train_step = torch.compile(train_step)": forward, loss and (AOTAutograd) backward
+        loss_of = torch.compile(loss_of)
+
     def step():
         opt.zero_grad(set_to_none=True)
-        loss_fn(forward(idx), tgt).backward()
+        loss_of(idx, tgt).backward()
         opt.step()
     return step
 
@@ -195,7 +201,7 @@ WORKLOADS = {
     "decode": (decode, ("before", "compile")),
     "slow_loader": (slow_loader, ("before", "workers4", "workers8")),
     "gloo_allreduce": (gloo_allreduce, ("before", "async", "bf16")),
-    "transformer": (transformer, ("before", "compile", "fused", "compile_loss")),
+    "transformer": (transformer, ("before", "compile", "compile_step", "fused", "compile_loss")),
 }
 DISTRIBUTED = {"gloo_allreduce"}
 

@@ -7,6 +7,7 @@ too, and what applying it saves is the set together, not its own line of the lis
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -108,3 +109,18 @@ def test_the_views_say_what_the_fix_saves_with_the_findings_it_covers():
     assert host["same_fix_note"].startswith(f"The same fix also resolves {host['same_fix_refs']}: applied, it saves")
     assert host["fix_saving_shown_us"] > host["saving_shown_us"]
     assert all(f["same_fix_note"] is None for f in ctx["findings"] if f["kind"] != "host_bound")
+
+
+def test_a_fix_whose_other_findings_add_nothing_says_so_without_a_figure():
+    from bwdiag.diagnose.model import Finding
+    from bwdiag.report.verdict import same_fix_note
+    graphs = Finding(FindingKind.LAUNCH_OVERHEAD, "Capture the launches in a CUDA graph", 100.0, 10.0, (),
+                     'model = torch.compile(model, mode="reduce-overhead")', graph_saving_us=80.0,
+                     same_fix=("Fuse 2 ops",), fix_saving_us=80.5, fix_saving_pct=8.05)
+    assert same_fix_note(graphs, ["Capture the launches in a CUDA graph", "Fuse 2 ops"]) == (
+        "The same fix also resolves #2; together they save no more than this finding alone "
+        "(re-timed on the dependency graph).")
+    more = dataclasses.replace(graphs, fix_saving_us=120.0, fix_saving_pct=12.0)
+    assert same_fix_note(more, ["Capture the launches in a CUDA graph", "Fuse 2 ops"]) == (
+        "The same fix also resolves #2: applied, it saves 120 µs over the window (12.0%) with it "
+        "(re-timed on the dependency graph); the list counts each finding once.")

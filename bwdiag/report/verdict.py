@@ -253,6 +253,10 @@ def models_note(f: Finding, host_wait_share: float | None = None) -> str | None:
     return line + (f", {why}." if why else ".")
 
 
+#: What the findings a fix also resolves must add to its own saving (a share of it) to be said as a figure.
+SAME_FIX_ADDS = 0.01
+
+
 def same_fix_note(f: Finding, titles: Sequence[str], scale: float = 1.0) -> str | None:
     """One line naming the other findings this finding's fix also resolves (``Finding.same_fix``) and
     what the fix saves with them (``Finding.fix_saving_us``), in the unit its own saving is shown in;
@@ -265,6 +269,8 @@ def same_fix_note(f: Finding, titles: Sequence[str], scale: float = 1.0) -> str 
     unit = "per step" if per_step else "over the window"
     pct = f" ({f.fix_saving_pct:.1f}%)" if f.fix_saving_pct is not None else ""
     how = "re-timed on the dependency graph" if f.graph_saving_us is not None else "without counting a kernel twice"
+    if f.fix_saving_us <= num(f.saving_us) * (1.0 + SAME_FIX_ADDS) + 1e-6:  # the others' time hides behind this one's
+        return (f"The same fix also resolves {named}; together they save no more than this finding alone ({how}).")
     return (f"The same fix also resolves {named}: applied, it saves {fmt_time(saving)} {unit}{pct} with "
             f"{'it' if len(f.same_fix) == 1 else 'them'} ({how}); the list counts each finding once.")
 
