@@ -124,3 +124,28 @@ def test_a_fix_whose_other_findings_add_nothing_says_so_without_a_figure():
     assert same_fix_note(more, ["Capture the launches in a CUDA graph", "Fuse 2 ops"]) == (
         "The same fix also resolves #2: applied, it saves 120 µs over the window (12.0%) with it "
         "(re-timed on the dependency graph); the list counts each finding once.")
+
+
+def test_diff_compares_the_step_with_the_fix_as_applied():
+    from bwdiag.diff.compare import compare
+    from bwdiag.diff.render import fix_lines
+    before, _ = analysed(SAMPLE)
+    host = next(f for f in before.findings if f.kind == FindingKind.HOST_BOUND)
+    # AFTER: the step compiled — the host finding and the model's fusions gone, the rest still there
+    gone = {host.title, *host.same_fix}
+    after = dataclasses.replace(before, findings=tuple(f for f in before.findings if f.title not in gone))
+    row = next(r for r in compare(before, after)["findings"] if r["title"] == host.title)
+    assert row["fix_predicted_us"] == pytest.approx(host.fix_saving_per_step_us)
+    assert row["fix_applied_with"] == list(host.same_fix)
+    assert row["realised_on_step_over_fix"] == pytest.approx(row["realised_on_step_us"] / host.fix_saving_per_step_us)
+    others = [r for r in compare(before, after)["findings"] if r["title"] != host.title]
+    # the chain's finding is gone: not "still there" because AFTER's one fusion finding is the optimizer's
+    assert {r["title"]: r["status"] for r in others if r["title"] in host.same_fix} == {
+        t: "resolved" for t in host.same_fix}
+    assert all(r["fix_predicted_us"] is None for r in others)
+    (line,) = fix_lines(compare(before, after))
+    assert line.startswith(f'"{host.title}": its fix also changed "') and "predicted together" in line
+    # only the host finding gone (the model's fusions still there): its own saving is the prediction
+    kept = dataclasses.replace(before, findings=tuple(f for f in before.findings if f.title != host.title))
+    row = next(r for r in compare(before, kept)["findings"] if r["title"] == host.title)
+    assert row["fix_predicted_us"] is None and row["fix_applied_with"] == []

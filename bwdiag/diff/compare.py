@@ -26,7 +26,9 @@ findings measured there each name the others in ``shared_with``: they share one 
 the step too.
 ``graph_predicted_us`` is the dependency-graph what-if's saving for the finding alone (the trace
 re-timed with the fix applied), a prediction of the step's change: ``realised_on_step_over_graph``
-compares the two (null in diagnoses written before the graph model).
+compares the two (null in diagnoses written before the graph model). A finding whose fix also resolves
+others (``Finding.same_fix``: one ``torch.compile`` covering their code) whose changes show in AFTER
+carries ``fix_predicted_us``, the set's saving re-timed together, and ``realised_on_step_over_fix``.
 """
 
 from __future__ import annotations
@@ -68,8 +70,8 @@ def compare(before: Diagnosis, after: Diagnosis, *, before_meta: dict | None = N
     runs, unfair, notes = _runs_section(before, after, kernels)
     time = _time_section(before, after, sb, sa)
     on_step = _step_change(before, step)
-    findings = _shared_step([_finding_row(f, before, after, groups_b, groups_a, time, on_step, per_step)
-                             for f in before.findings])
+    findings = _with_fix(_shared_step([_finding_row(f, before, after, groups_b, groups_a, time, on_step, per_step)
+                                       for f in before.findings]), before.findings, per_step)
     doc = {
         "schema": SCHEMA,
         "bwdiag_version": __version__,
@@ -377,7 +379,9 @@ def _chain_of(f: Finding) -> tuple[str, str] | None:
 
 def _match_finding(f: Finding, after: Diagnosis) -> Finding | None:
     """BEFORE's finding ``f`` in AFTER: the same kind and title (numbers aside), else the same chain of
-    ops over the same shape, else the one finding of its kind — unless both name chains that differ."""
+    ops over the same shape, else the one finding of its kind — unless both name chains that differ, or
+    their titles start with another word (a chain's "Fuse …" is not the optimizer's "Use a fused AdamW
+    step …", though both are fusion findings)."""
     same_kind = [g for g in after.findings if g.kind == f.kind]
     for g in same_kind:
         if _normal_title(g.title) == _normal_title(f.title):
@@ -387,7 +391,8 @@ def _match_finding(f: Finding, after: Diagnosis) -> Finding | None:
         for g in same_kind:
             if _chain_of(g) == chain:
                 return g
-    if len(same_kind) == 1 and not (chain is not None and _chain_of(same_kind[0]) not in (None, chain)):
+    if (len(same_kind) == 1 and not (chain is not None and _chain_of(same_kind[0]) not in (None, chain))
+            and f.title.split()[:1] == same_kind[0].title.split()[:1]):
         return same_kind[0]
     return None
 
@@ -457,6 +462,25 @@ def _shared_step(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         r["shared_with"] = [o["title"] for o in on_step if o is not r] if mine and len(on_step) > 1 else []
         if r["shared_with"]:
             r["measured_on"] += f" — the same change as {len(r['shared_with'])} other finding(s) measured there"
+    return rows
+
+
+def _with_fix(rows: list[dict[str, Any]], findings: Iterable[Finding], per_step: bool) -> list[dict[str, Any]]:
+    """Each row of a finding whose fix also resolves others (``Finding.same_fix``) gets what BEFORE
+    predicted for the fix as applied (``fix_predicted_us``: the set re-timed together) when at least one
+    of those others is no longer "still there" in AFTER (``fix_applied_with``: their titles) — one change
+    resolved several findings, so the step's change is compared with the set's saving
+    (``realised_on_step_over_fix``), not the finding's alone. None where the fix covers no other finding
+    or none of them changed."""
+    status = {r["title"]: r["status"] for r in rows}
+    for r, f in zip(rows, findings):
+        applied = [t for t in f.same_fix if status.get(t, "resolved") != "still there"]
+        fix = f.fix_saving_per_step_us if per_step and f.fix_saving_per_step_us is not None else f.fix_saving_us
+        if not applied or fix is None:
+            r.update(fix_predicted_us=None, fix_applied_with=[], realised_on_step_over_fix=None)
+            continue
+        r.update(fix_predicted_us=fix, fix_applied_with=applied,
+                 realised_on_step_over_fix=r["realised_on_step_us"] / fix if fix > 0 else None)
     return rows
 
 

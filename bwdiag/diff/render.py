@@ -144,6 +144,22 @@ def _finding_rows(doc: dict) -> list[list[str]]:
             for f in doc["findings"]]
 
 
+def fix_lines(doc: dict) -> list[str]:
+    """One line per finding whose fix also resolved others in AFTER: what BEFORE predicted for the fix
+    as applied, against what the step gained."""
+    out = []
+    for f in doc["findings"]:
+        if f.get("fix_predicted_us") is None:
+            continue
+        others = ", ".join(f"\"{printable(t)}\"" for t in f["fix_applied_with"])
+        ratio, gained = f["realised_on_step_over_fix"], f["realised_on_step_us"]
+        step = f"the step gained {fmt_time(gained)}" if gained >= 0 else f"the step lost {fmt_time(-gained)}"
+        out.append(f"\"{printable(f['title'])}\": its fix also changed {others}; predicted together "
+                   f"{fmt_time(f['fix_predicted_us'])}, {step}"
+                   + (f" ({ratio:.2f}× the prediction)" if ratio is not None else ""))
+    return out
+
+
 def _graph_time(f: dict) -> str:
     """The graph model's predicted step saving — the one ``bwdiag analyze`` shows and ranks by where
     the diagnosis has it (``Finding.saving_us``) — and — in diffs of diagnoses written without it."""
@@ -185,6 +201,7 @@ def page_context(doc: dict[str, Any]) -> dict[str, Any]:
         "notes": doc["notes"],
         "time_rows": _time_rows(doc),
         "finding_rows": _finding_rows(doc),
+        "fix_lines": fix_lines(doc),
         "kernel_summary": _kernel_summary(doc),
         "kernel_rows": _kernel_rows(doc, PAGE_GROUPS),
         "kernels_more": max(0, len(doc["kernels"]["groups"]) - PAGE_GROUPS) + doc["kernels"]["groups_left_out"],
@@ -236,6 +253,8 @@ def print_diff(doc: dict[str, Any], *, outputs: dict[str, Any] | None = None, fi
             table.add_row(printable(f["title"]), Text(f["status"], style=st), fmt_time(f["predicted_us"]), _graph_time(f),
                           Text(_signed(f["realised_us"]).replace("+", "") + f"\non {f['measured_on']}"))
         console.print(table)
+        for line in fix_lines(doc):
+            console.print(Text(line, style="dim"))
         if len(doc["findings"]) > TERMINAL_FINDINGS:
             console.print(Text(f"… and {len(doc['findings']) - TERMINAL_FINDINGS} more in diff.html", style="dim"))
 
