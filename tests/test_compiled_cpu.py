@@ -233,3 +233,17 @@ def test_eager_traces_have_no_compiled_rows():
     assert not (a.activities["kind"] == "compiled").any()
     assert diag.compiled is None
     assert not any("torch.compile" in w for w in diag.warnings)
+
+
+@pytest.mark.parametrize("name, inputs, why", [
+    # training: CompiledFunction records its 5 inputs and the backward its 1, per step (3 steps); the
+    # graphs call out to addmm/mm, so the inputs' bytes are not the fused loops' alone
+    ("cpu_compiled_mlp_train.json.gz", 6, "the compiled graphs also run recorded ops"),
+    ("cpu_compiled_chain.json.gz", 0, "without autograd no CompiledFunction op carries the graph inputs"),
+    ("cpu_compiled_chain_grad.json.gz", 6, "is priced by the graph inputs' bytes"),
+])
+def test_the_unpriced_compiled_time_warning_gives_the_reason_the_trace_shows(name, inputs, why):
+    diag, _ = analyse(name)
+    assert diag.compiled.graph_inputs == inputs
+    (line,) = [w for w in diag.warnings if "ran no recorded op" in w]
+    assert why in line

@@ -160,6 +160,10 @@ def _compiled_warnings(digests: Sequence[RankDigest]) -> list[str]:
             f"loops, Dynamo/AOT wrappers) and is counted as busy CPU time; "
             + (f"{_ms(est)} of it is priced by the graph inputs' bytes, read once (a floor: outputs and saved "
                f"tensors are not recorded), the rest has no estimate" if est > 0 else
+               "it has no cost estimate (the compiled graphs also run recorded ops — GEMMs and attention Inductor "
+               "calls out to — so the graph inputs' bytes on CompiledFunction cannot be split between those and "
+               "the fused loops; torch._inductor.config.cpp.enable_kernel_profile = True names its kernels)"
+               if sum(f.graph_inputs for f in facts) > 0 else
                "it has no cost estimate (no shapes recorded for it: without autograd no CompiledFunction op carries "
                "the graph inputs; torch._inductor.config.cpp.enable_kernel_profile = True names its kernels)"))
     comp = sum(f.compile_us for f in facts) / n

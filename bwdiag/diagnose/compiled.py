@@ -135,12 +135,15 @@ def compiled_facts(ops: pd.DataFrame, acts: pd.DataFrame) -> CompiledFacts | Non
     regions = int(containers["name"].str.startswith("Torch-Compiled Region").sum()) if len(containers) else 0
     if spans.empty and resid.empty and not regions:
         return None
+    fns = cpu[cpu["name"].isin(("CompiledFunction", "CompiledFunctionBackward"))]
+    graph_inputs = int(fns["dims"].map(lambda d: isinstance(d, list) and len(d) > 0).sum()) if len(fns) else 0
     return CompiledFacts(
         regions=regions,
         residual_us=float(resid["dur"].sum()) if len(resid) else 0.0,
         residual_estimated_us=float(resid.loc[resid["bytes"].notna(), "dur"].sum()) if len(resid) else 0.0,
         compile_spans=int(len(runs[0])),
         compile_us=float(np.sum(runs[1] - runs[0])) if len(runs[0]) else 0.0,
+        graph_inputs=float(graph_inputs),
     )
 
 

@@ -453,6 +453,9 @@ class CompiledFacts(Record):
     residual_estimated_us: float  # the part of it with a byte estimate
     compile_spans: float
     compile_us: float  # compilation inside the window: not work
+    #: CompiledFunction / CompiledFunctionBackward calls that recorded their graph inputs' shapes (a
+    #: compiled training step records them; an inference one, without autograd, has no such op)
+    graph_inputs: float = 0.0
 
 
 @dataclass(frozen=True)
