@@ -211,7 +211,7 @@ def test_sections_without_a_place_are_shown_generically():
     assert [x["key"] for x in ctx["sections"]] == ["compiled", "step_durations_us"]
     rows = {r["label"]: r["value"] for r in ctx["sections"][0]["tree"]["rows"]}
     assert rows == {"Regions": "3", "Residual": "1.5 ms", "Residual estimated": "500 µs",
-                    "Compile spans": "1", "Compile": "2.5 s"}
+                    "Compile spans": "1", "Compile": "2.5 s", "Graph inputs": "0"}
     steps = ctx["sections"][1]["tree"]["rows"]
     assert [(r["label"], r["value"]) for r in steps] == [("7", "5 ms"), ("8", "5.2 ms")]
     # Step durations are times: each step's share of the two, 5000 / 10200 and 5200 / 10200.
