@@ -149,3 +149,40 @@ def test_op_key_maps_recorded_names_to_the_probe():
     assert op_key("aten::sigmoid.out") == "sigmoid"
     # not the same op: left as recorded, so no probe figure applies
     assert op_key("aten::log_softmax") == "aten::log_softmax" and op_key("aten::gelu_backward") == "aten::gelu_backward"
+    # every way a trace records dropout's random draw is the probe's "dropout"
+    assert {op_key(n) for n in ("aten::dropout", "aten::native_dropout", "aten::bernoulli_",
+                                "aten::feature_dropout")} == {"dropout"}
+
+
+def _dropout_rank(dropout_us: float):
+    """dropout(x) → add(t0, r) → relu(t1) over 1 Mi-element fp32 tensors, CPU ops on one thread."""
+    n = [1 << 20]
+    ops = [op("aten::dropout", dims=[n, [], []], types=[F32, "Scalar", "Scalar"]),
+           op("aten::add", dims=[n, n], types=[F32, F32]), op("aten::relu", dims=[n], types=[F32])]
+    acts = [kernel("dropout", op=0, ts=0, dur=dropout_us, category="elementwise", bound="memory", bytes=8 * MiB),
+            kernel("add", op=1, ts=dropout_us, dur=12, category="elementwise", bound="memory", bytes=12 * MiB),
+            kernel("relu", op=2, ts=dropout_us + 12, dur=8, category="elementwise", bound="memory", bytes=8 * MiB)]
+    a = rank(ops, acts)
+    acts = a.activities.copy()
+    acts["kind"], acts["stream"] = "cpu_op", 1
+    return dataclasses.replace(a, activities=acts)
+
+
+def test_a_fused_loop_still_draws_dropouts_random_numbers():
+    # Eager dropout 6,000 µs over 1 Mi floats (≈5.7 ns each: ATen's bernoulli_, as on the Intel dev VM).
+    # Bytes: 28 MiB in 6,020 µs; saved 2 × (4 + 4) = 16 MiB of intermediates → memory floor
+    # 6,020 · 12/28 = 2,580 µs.
+    a = _dropout_rank(6000.0)
+    # Inductor draws each element's number too: 1,048,576 × 7 ns = 7,340.032 µs, more than the eager
+    # kernel took → the fused loop (2,580 + 7,340) is slower than the three ops: no saving
+    (run,) = fusable_runs(a.activities, a.trace.ops, loop_ns={"dropout": 7.0})
+    assert run.arithmetic_ops == ("aten::dropout",) and run.arithmetic_us == pytest.approx(7340.032)
+    assert run.saving_us == 0.0
+    # at 2 ns an element (a host whose Inductor draws fast): 6,020 − 2,580 − 2,097.152 = 1,342.848 µs
+    (run,) = fusable_runs(a.activities, a.trace.ops, loop_ns={"dropout": 2.0})
+    assert run.saving_us == pytest.approx(6020 - 2580 - 2097.152)
+    # uncalibrated: the eager draw's time beyond twice its bytes at the run's best bandwidth stays in
+    # the loop (best: add's 12 MiB in 12 µs; dropout's 8 MiB → 16 µs; 6,000 − 16 = 5,984 µs) — it is
+    # not the memory traffic fusion removes
+    (run,) = fusable_runs(a.activities, a.trace.ops, loop_ns={})
+    assert run.arithmetic_us == pytest.approx(6000 - 16.0) and run.saving_us == 0.0

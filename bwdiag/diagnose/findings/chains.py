@@ -71,7 +71,9 @@ TRANSCENDENTAL = re.compile(
     r"^aten::(sigmoid|tanh|exp|exp2|expm1|log|log2|log10|log1p|gelu|silu|mish|softplus|elu|selu|celu|"
     r"erf|erfc|erfinv|pow|sin|cos|tan|asin|acos|atan|atan2|sinh|cosh|asinh|acosh|atanh|logit|"
     r"log_sigmoid_forward|_?softmax|_?log_softmax|gelu_backward|silu_backward|mish_backward|"
-    r"softplus_backward|elu_backward|log_sigmoid_backward|lgamma|digamma)_?$"
+    r"softplus_backward|elu_backward|log_sigmoid_backward|lgamma|digamma|"
+    # a random draw per element (dropout's mask) is arithmetic a fused loop keeps too
+    r"dropout|native_dropout|feature_dropout|alpha_dropout|feature_alpha_dropout|bernoulli)_?$"
 )
 #: An op's time counts as arithmetic only beyond this many times its memory time at the run's best bandwidth.
 ARITHMETIC_MARGIN = 2.0

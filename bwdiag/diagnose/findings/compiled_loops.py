@@ -60,10 +60,18 @@ def _valid(table) -> bool:
                     and all(_number(ns) for ns in v.values()) for k, v in table.items()))
 
 
+#: Recorded ops the probe times under another name: every way a trace records dropout's random draw.
+ALIASES = {"native_dropout": "dropout", "bernoulli": "dropout", "feature_dropout": "dropout",
+           "alpha_dropout": "dropout", "feature_alpha_dropout": "dropout"}
+
+
 def op_key(name: str) -> str:
-    """The probe's name for a recorded op: ``aten::tanh_`` → ``tanh`` (other names unchanged)."""
+    """The probe's name for a recorded op: ``aten::tanh_`` → ``tanh``, ``aten::bernoulli_`` →
+    ``dropout`` (other names unchanged)."""
     m = _OP.match(str(name))
-    return m.group(1) if m else str(name)
+    if m:
+        return ALIASES.get(m.group(1), m.group(1))
+    return ALIASES.get(str(name).removeprefix("aten::").rstrip("_"), str(name))
 
 
 def _number(value) -> bool:
