@@ -35,6 +35,7 @@ benchmarks/README.md) and writes the raw figures to ``DIR/savings.json``.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 import statistics
@@ -46,7 +47,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from savings_workloads import DISTRIBUTED, STEP_LABEL, WORKLOADS  # noqa: E402
+from savings_workloads import DISTRIBUTED, NEEDS, STEP_LABEL, WORKLOADS  # noqa: E402
 
 from bwdiag.capture.session import AFTER_WINDOW_STEPS  # noqa: E402
 
@@ -62,6 +63,9 @@ FIXES = (
     ("transformer", "host_bound", r"tiny ops|Python", "compile"),
     ("transformer", "fusion", r"AdamW", "fused"),
     ("transformer", "fusion", r"zero_ → _log_softmax", "compile_loss"),
+    ("gpt2", "host_bound", r"tiny ops|Python", "compile"),
+    ("gpt2", "fusion", r"AdamW", "fused"),
+    ("gpt2", "fusion", r"zero_ → _log_softmax|mul → pow", "compile"),
 )
 
 
@@ -73,7 +77,7 @@ CAPTURE_STEPS = 3 + 1 + 4 + AFTER_WINDOW_STEPS + 1
 
 #: Where the finding's fix compiles the whole training step (``train_step = torch.compile(train_step)``:
 #: forward, loss and backward), the variant that does so rather than the model alone.
-STEP_VARIANTS = {"transformer": "compile_step"}
+STEP_VARIANTS = {"transformer": "compile_step", "gpt2": "compile_step"}
 
 
 def variant_for(workload: str, finding: dict) -> str | None:
@@ -219,6 +223,9 @@ def main() -> None:
     names = args.only.split(",") if args.only else list(WORKLOADS)
     results = []
     for name in names:
+        if name in NEEDS and importlib.util.find_spec(NEEDS[name]) is None:
+            print(f"{name}: skipped ({NEEDS[name]} is not installed: pip install -e '.[test]')", file=sys.stderr)
+            continue
         print(f"{name}: bwdiag run, then {args.rounds} interleaved rounds", file=sys.stderr, flush=True)
         results.append(measure(name, out, args.rounds, args.steps, args.processes))
         (out / "savings.json").write_text(json.dumps(results, indent=1))
