@@ -123,8 +123,8 @@ def measure(workload: str, out: Path, captures: int, rounds: int, steps: int, pr
         graph = [s for d, g in same if (s := _share(d, g, "graph_saving_per_step_us")) is not None]
         rule = [s for d, g in same if (s := _share(d, g, "est_saving_per_step_us")) is not None]
         # the fix as applied: with the findings it also resolves (one torch.compile), else the finding alone
-        fix = [s for d, g in same if (s := _share(d, g, "fix_saving_per_step_us" if g.get("same_fix")
-                                                  else "graph_saving_per_step_us")) is not None]
+        fix = [s for d, g in same if (s := _share(d, g, "graph_saving_per_step_us" if g.get("fix_saving_per_step_us")
+                                                  is None else "fix_saving_per_step_us")) is not None]
         rows.append({"variant": v, "kind": f["kind"], "title": f["title"], "top": _same(f, first["findings"][0]),
                      "found_in": len(same), "graph_share": statistics.median(graph) if graph else None,
                      "rule_share": statistics.median(rule) if rule else None,
