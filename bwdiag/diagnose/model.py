@@ -258,13 +258,6 @@ class Finding(Record):
         return float(shown(self.est_saving_us, self.graph_saving_us))
 
     @property
-    def rank_us(self) -> float:
-        """What the list ranks by: the saving shown, or what applying the fix saves where that is less
-        (the fix costs something the finding does not count: ``fix_saving_us`` below ``saving_us``)."""
-        saving = self.saving_us
-        return min(saving, float(self.fix_saving_us)) if self.fix_saving_us is not None else saving
-
-    @property
     def saving_per_step_us(self) -> float | None:
         """The saving shown, in one median profiler step (None without complete steps)."""
         if self.saving_model == "graph":

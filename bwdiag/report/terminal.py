@@ -149,14 +149,9 @@ def print_summary(
             saves = Text(f"{fmt_time(f['saving_shown_us'])} {f['saving_unit']}\n({fmt_pct(f['saving_pct'])})")
             if f.get("models_note"):  # the rule's own estimate differs from the graph's: say it, short
                 saves.append(f"\nrule's estimate {fmt_time(f['rule_saving_shown_us'])}", style="dim")
-            if f.get("same_fix_note"):  # what applying the fix saves: with the findings it also resolves,
-                fix_us = f["fix_saving_shown_us"]  # or less what it costs on top
-                if fix_us > 0:
-                    saves.append(f"\nthe fix: {fmt_time(fix_us)}", style="green")
-                else:
-                    saves.append(f"\nthe fix: {fmt_time(-fix_us)} slower", style="red")
-                if f.get("same_fix_refs"):
-                    cell.append(f"\nthe same fix resolves {f['same_fix_refs']} too", style="dim")
+            if f.get("same_fix_note"):  # the fix also resolves other findings: what it saves with them
+                saves.append(f"\nthe fix: {fmt_time(f['fix_saving_shown_us'])}", style="green")
+                cell.append(f"\nthe same fix resolves {f['same_fix_refs']} too", style="dim")
             table.add_row(str(i), cell, saves)
         console.print(table)
         if len(ctx["findings"]) > VERDICT_FINDINGS:

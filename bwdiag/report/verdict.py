@@ -200,11 +200,10 @@ def id_ranges(ids) -> str | None:
 
 
 def ranked_findings(d: Diagnosis) -> list[Finding]:
-    """The findings in the order every view lists them: largest shown saving first, or what applying
-    the fix saves where that is less (:attr:`~bwdiag.diagnose.model.Finding.rank_us`, as
-    ``diagnose.findings.ranked`` stores them; sorted again, stably, so a hand-made or older diagnosis
-    reads the same way)."""
-    return sorted(d.findings, key=lambda f: -num(f.rank_us))
+    """The findings in the order every view lists them: largest shown saving first
+    (:attr:`~bwdiag.diagnose.model.Finding.saving_us`, as ``diagnose.findings.ranked`` stores them;
+    sorted again, stably, so a hand-made or older diagnosis reads the same way)."""
+    return sorted(d.findings, key=lambda f: -num(f.saving_us))
 
 
 def saving_shown(f: Finding, scale: float = 1.0) -> dict:
@@ -261,26 +260,15 @@ SAME_FIX_ADDS = 0.01
 def same_fix_note(f: Finding, titles: Sequence[str], scale: float = 1.0) -> str | None:
     """One line naming the other findings this finding's fix also resolves (``Finding.same_fix``) and
     what the fix saves with them (``Finding.fix_saving_us``), in the unit its own saving is shown in;
-    or, where applying the fix costs something the finding does not count (it saves less than the
-    finding alone: :mod:`bwdiag.diagnose.findings.compile_costs`), what it saves or loses with that.
     ``titles``: the listed findings in order, to give each one's number. None for most findings."""
-    if f.fix_saving_us is None:
+    if not f.same_fix or f.fix_saving_us is None:
         return None
-    named = same_fix_refs(f, titles) if f.same_fix else None
+    named = same_fix_refs(f, titles)
     per_step = f.fix_saving_per_step_us is not None and f.saving_per_step_us is not None
     saving = f.fix_saving_per_step_us * scale if per_step else f.fix_saving_us
     unit = "per step" if per_step else "over the window"
     pct = f" ({f.fix_saving_pct:.1f}%)" if f.fix_saving_pct is not None else ""
     how = "re-timed on the dependency graph" if f.graph_saving_us is not None else "without counting a kernel twice"
-    if f.fix_saving_us < num(f.saving_us) - 1e-6:  # the fix pays something on top (the evidence's last line)
-        also = f"The same fix also resolves {named}. " if named else ""
-        if f.fix_saving_us <= 0:
-            return (f"{also}Applied, the fix makes the step slower by {fmt_time(-saving)} {unit}: it also pays what "
-                    f"the last line of the evidence says, which also says how to avoid it.")
-        return (f"{also}Applied, it saves {fmt_time(saving)} {unit}{pct}, less than this finding alone: it also "
-                f"pays what the last line of the evidence says.")
-    if not named:
-        return None
     if f.fix_saving_us <= num(f.saving_us) * (1.0 + SAME_FIX_ADDS) + 1e-6:  # the others' time hides behind this one's
         return (f"The same fix also resolves {named}; together they save no more than this finding alone ({how}).")
     return (f"The same fix also resolves {named}: applied, it saves {fmt_time(saving)} {unit}{pct} with "

@@ -49,11 +49,8 @@ def add_findings(diagnosis: Diagnosis, analyses, results_out: list | None = None
     results = [results[i] for i in order]
     if alone is not None:
         alone = alone.reordered(order)
-    results = _with_fix_savings(ctx, results, alone)
-    order = ranked([r.finding for r in results])  # a fix that costs more than it saves sinks
-    if order != list(range(len(results))):
-        results = [results[i] for i in order]
-        alone = alone.reordered(order) if alone is not None else None
+    results = _with_same_fix(ctx, results, alone)
+    results = _with_eager_draws(ctx, results)
     if results_out is not None:
         results_out.extend(results)
     projection = project(ctx, results) if results else None
@@ -71,35 +68,37 @@ def add_findings(diagnosis: Diagnosis, analyses, results_out: list | None = None
     return with_findings(diagnosis, findings, projection)
 
 
-def _with_fix_savings(ctx: RuleContext, results: list[RuleResult], alone) -> list[RuleResult]:
-    """``results`` with what applying each finding's fix saves, where that is not its own saving:
-    on a finding whose fix also resolves others (:mod:`.same_fix`), their titles and the saving of
-    the set applied together (:func:`~.whatif.together_savings`); on a finding whose fix compiles a
-    CPU training step that records dropout (:mod:`.compile_costs`), that saving (or its own) less
-    what Inductor's draws cost more than eager's, with the evidence line that says so."""
-    fixes = [r.finding.fix for r in results]
-    sets = same_fix_sets(fixes, ctx.is_training)
-    draws = dropout_draws(ctx)
-    compiles = [draws is not None and compile_scope(fix) is not None for fix in fixes]
-    if not any(sets) and not any(compiles):
+def _with_same_fix(ctx: RuleContext, results: list[RuleResult], alone) -> list[RuleResult]:
+    """``results`` with, on each finding whose fix also resolves others (:mod:`.same_fix`), their titles
+    and the saving of the set applied together (:func:`~.whatif.together_savings`)."""
+    sets = same_fix_sets([r.finding.fix for r in results], ctx.is_training)
+    if not any(sets):
         return results
     savings = together_savings(ctx, results, sets, alone)
-    out = []
-    for r, others, together, compiled in zip(results, sets, savings, compiles):
-        f = r.finding
-        if others and together is not None:
-            f = dataclasses.replace(f, same_fix=tuple(results[j].finding.title for j in others),
-                                    fix_saving_us=float(together[0]), fix_saving_pct=float(together[1]))
-        if compiled:
-            saving = (f.fix_saving_us if f.fix_saving_us is not None else f.saving_us) - draws.extra_us
-            f = dataclasses.replace(f, fix_saving_us=saving, fix_saving_pct=ctx.pct(saving),
-                                    evidence=(*f.evidence, draws.line(fmt_time, ctx.per_step)))
-        out.append(r if f is r.finding else dataclasses.replace(r, finding=f))
-    return out
+    return [r if not others or saving is None else dataclasses.replace(r, finding=dataclasses.replace(
+                r.finding, same_fix=tuple(results[j].finding.title for j in others),
+                fix_saving_us=float(saving[0]), fix_saving_pct=float(saving[1])))
+            for r, others, saving in zip(results, sets, savings)]
+
+
+def _with_eager_draws(ctx: RuleContext, results: list[RuleResult]) -> list[RuleResult]:
+    """``results`` with, on a CPU training trace whose dropout Inductor would draw slower than eager did
+    (:mod:`.compile_costs`), every fix that compiles the step keeping eager's draws: a second line
+    that sets ``fallback_random`` and the evidence line that says why (the saving, which counts the
+    draws as eager's, stands)."""
+    draws = dropout_draws(ctx)
+    if draws is None:
+        return results
+    def with_line(fix: str) -> str:  # right under the compile line, before the fix's comments
+        first, *rest = fix.splitlines()
+        return "\n".join([first, draws.fix_line(), *rest])
+    return [dataclasses.replace(r, finding=dataclasses.replace(
+                r.finding, fix=with_line(r.finding.fix),
+                evidence=(*r.finding.evidence, draws.line(fmt_time, ctx.per_step))))
+            if compile_scope(r.finding.fix) is not None else r for r in results]
 
 
 def ranked(findings) -> list[int]:
-    """Positions of ``findings`` largest shown saving first (``Finding.saving_us``; where applying
-    the fix saves less — it costs something the finding does not count, :mod:`.compile_costs` — that
-    figure); ties keep the rule's estimate's order (a stable sort of findings already sorted by it)."""
-    return sorted(range(len(findings)), key=lambda i: -findings[i].rank_us)
+    """Positions of ``findings`` largest shown saving first (``Finding.saving_us``); ties keep the
+    rule's estimate's order (a stable sort of findings already sorted by it)."""
+    return sorted(range(len(findings)), key=lambda i: -findings[i].saving_us)

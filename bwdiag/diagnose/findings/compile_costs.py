@@ -9,11 +9,12 @@ forward that also writes the mask for the backward) drew 16–21 ns on the Intel
 rates set to 0 the two ran 55.1 / 57.7 ms eager and 54.8 / 56.8 ms compiled — all of compile's loss
 was dropout's. ``bwdiag calibrate`` measures Inductor's draw per element on the host
 (:mod:`bwdiag.hardware.pointwise_probe`, op ``dropout``); the trace gives the elements each recorded
-draw covers and what eager took for it. The difference, when positive, is what every fix that
-compiles the step pays on top of what its findings save (:func:`dropout_draws`); the findings layer
-(:func:`bwdiag.diagnose.findings._with_fix_savings`) takes it off the fix's saving, once per fix.
-``torch._inductor.config.fallback_random = True`` makes Inductor call ATen's draw instead: the same
-GPT-2 then ran 61.7 / 63.6 ms compiled against 61.5 / 62.9 eager (the evidence line says so).
+draw covers and what eager took for it (:func:`dropout_draws`). Where Inductor's draws cost more,
+``torch._inductor.config.fallback_random = True`` makes it call ATen's instead: the same GPT-2 ran
+61.7 / 63.6 ms compiled so against 61.5 / 62.9 eager, and in ``benchmarks/savings.py``'s processes
+compiling saved 3.6 ms a step with it where it cost 4.7 without. So the findings layer
+(:func:`bwdiag.diagnose.findings._with_eager_draws`) gives every fix that compiles such a step that
+line too, and the evidence line that says why; the fix's saving counts the draws as eager's.
 """
 
 from __future__ import annotations
@@ -52,12 +53,22 @@ class Draws:
 
     def line(self, fmt_time, per_step) -> str:
         """The evidence line for a finding whose fix compiles the step."""
-        return (f"compiling also moves dropout's random draws into Inductor's loop: {self.calls:,.0f} draws over "
-                f"{self.elements:,.0f} elements × {self.ns_per_element:g} ns ({self.source}) = "
-                f"{fmt_time(self.compiled_us)}, against {fmt_time(self.eager_us)} for eager's bernoulli_ → the fix "
-                f"pays {per_step(self.extra_us)} more, which its saving (\"the fix\") counts; "
-                f"`torch._inductor.config.fallback_random = True` before compiling keeps eager's draws (other "
-                f"random numbers, the same distribution)")
+        return (f"compiled as it is, the step would draw dropout's random numbers in Inductor's loop: "
+                f"{self.calls:,.0f} draws over {self.elements:,.0f} elements × {self.ns_per_element:g} ns "
+                f"({self.source}) = {fmt_time(self.compiled_us)}, against {fmt_time(self.eager_us)} for eager's "
+                f"bernoulli_ — {per_step(self.extra_us)} more; the fix's "
+                f"fallback_random line keeps eager's draws (other random numbers, the same distribution), "
+                f"and the saving counts them as eager's")
+
+    def fix_line(self) -> str:
+        """The line a compile fix gains: Inductor calls ATen's draw instead of its own."""
+        return (f"import torch._inductor.config; torch._inductor.config.fallback_random = True  # dropout: "
+                f"ATen's draws ({self.eager_ns:.1f} ns an element here) instead of Inductor's "
+                f"({self.ns_per_element:.1f} ns)")
+
+    @property
+    def eager_ns(self) -> float:
+        return self.eager_us * 1e3 / self.elements if self.elements else 0.0
 
 
 def dropout_draws(ctx) -> Draws | None:
