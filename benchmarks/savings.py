@@ -78,16 +78,19 @@ CAPTURE_STEPS = 3 + 1 + 4 + AFTER_WINDOW_STEPS + 1
 #: Where the finding's fix compiles the whole training step (``train_step = torch.compile(train_step)``:
 #: forward, loss and backward), the variant that does so rather than the model alone.
 STEP_VARIANTS = {"transformer": "compile_step", "gpt2": "compile_step"}
-#: Other forms of a fix, timed beside the findings': GPT-2's step compiled with Inductor's
-#: ``fallback_random`` (eager's dropout draws), which the draws' evidence line names.
-BESIDE = {"gpt2": ("compile_step_eager_rng",)}
+#: Other forms of a fix, timed beside the findings': GPT-2's step compiled without the
+#: ``fallback_random`` line bwdiag's compile fixes get there (Inductor's own dropout draws).
+BESIDE = {"gpt2": ("compile_step",)}
 
 
 def variant_for(workload: str, finding: dict) -> str | None:
     for w, kind, pattern, variant in FIXES:
         if w == workload and finding["kind"] == kind and re.search(pattern, finding["title"]):
-            if variant == "compile" and (finding.get("fix") or "").startswith("train_step = torch.compile"):
-                return STEP_VARIANTS.get(workload, variant)
+            fix = finding.get("fix") or ""
+            if variant == "compile" and fix.startswith("train_step = torch.compile"):
+                variant = STEP_VARIANTS.get(workload, variant)
+            if "fallback_random" in fix and f"{variant}_eager_rng" in WORKLOADS[workload][1]:
+                variant += "_eager_rng"  # the fix as written: its second line keeps eager's dropout draws
             return variant
     return None
 
