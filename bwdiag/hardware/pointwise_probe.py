@@ -71,9 +71,11 @@ def _probe(torch: Any, quick: bool, thread_counts: list[int]) -> dict[str, Any]:
            "dropout": lambda t: F.dropout(t, 0.1, training=True)}
     compiled = {name: torch.compile(_summed(fns[name], name)) for name in PROBE_OPS}
     bases = {grad: torch.compile(_summed(None, f"base_{'grad' if grad else 'plain'}")) for grad in inputs}
-    for grad, fn in (*bases.items(), *((name in TRAINING_OPS, fn) for name, fn in compiled.items())):
+    timed = [(fn, inputs[grad]) for grad, fn in bases.items()] + [(fn, inputs[name in TRAINING_OPS])
+                                                                   for name, fn in compiled.items()]
+    for fn, arg in timed:
         for _ in range(3):  # compile and warm up each before any timing
-            fn(inputs[grad])
+            fn(arg)
     per_threads = {}
     for threads in thread_counts:  # Inductor's loops read the thread count per call
         torch.set_num_threads(threads)

@@ -89,6 +89,7 @@ def _with_eager_draws(ctx: RuleContext, results: list[RuleResult]) -> list[RuleR
     draws = dropout_draws(ctx)
     if draws is None:
         return results
+
     def with_line(fix: str) -> str:  # right under the compile line, before the fix's comments
         first, *rest = fix.splitlines()
         return "\n".join([first, draws.fix_line(), *rest])
