@@ -58,6 +58,7 @@ FIXES = (
     ("chain", "fusion", r"Fuse", "compile"),
     ("decode", "host_bound", r"tiny ops|Python", "compile"),
     ("slow_loader", "data_loader", r"DataLoader", "workers8"),
+    ("gloo_allreduce", "host_bound", r"tiny ops|Python", "compile"),
     ("gloo_allreduce", "overlap", r"all_reduce", "async"),
     ("gloo_allreduce", "precision", r"bf16", "bf16"),
     ("transformer", "host_bound", r"tiny ops|Python", "compile"),
@@ -77,7 +78,7 @@ CAPTURE_STEPS = 3 + 1 + 4 + AFTER_WINDOW_STEPS + 1
 
 #: Where the finding's fix compiles the whole training step (``train_step = torch.compile(train_step)``:
 #: forward, loss and backward), the variant that does so rather than the model alone.
-STEP_VARIANTS = {"transformer": "compile_step", "gpt2": "compile_step"}
+STEP_VARIANTS = {"transformer": "compile_step", "gpt2": "compile_step", "gloo_allreduce": "compile_step"}
 #: Other forms of a fix, timed beside the findings': GPT-2's step compiled without the
 #: ``fallback_random`` line bwdiag's compile fixes get there (Inductor's own dropout draws).
 BESIDE = {"gpt2": ("compile_step",)}
