@@ -49,7 +49,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from savings import CAPTURE_STEPS, realised, time_variants, variant_for  # noqa: E402
+from savings import CAPTURE_STEPS, RECAPTURES, SLOWED, realised, time_variants, variant_for  # noqa: E402
 from savings_workloads import STEP_LABEL  # noqa: E402
 
 #: The workloads of the findings benchmark this one checks, and extra variants timed beside the
@@ -60,12 +60,6 @@ EXTRA = {"transformer": ("fused", "compile_step")}
 #: compiled where the host-overhead finding compiles the whole step (what compiling less realises).
 BESIDE = {"transformer": {"compile": "compile_step"}}
 GOAL = (0.7, 1.4)
-
-
-#: bwdiag's warning for a window that slowed while it recorded (``diagnose.steps.slowed_window``): as
-#: bwdiag tells a user, such a capture is recorded again (up to ``RECAPTURES`` times; the last one stands).
-SLOWED = "the recorded window slowed down"
-RECAPTURES = 2
 
 
 def capture(workload: str, variant: str, out: Path, steps: int) -> dict:
