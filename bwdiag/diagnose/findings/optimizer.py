@@ -105,6 +105,7 @@ def per_parameter_optimizer(ctx: RuleContext) -> list[RuleResult]:
         ceiling = float(ctx.diagnosis.device.memory_bandwidth)
         fused_us = fused / ceiling * 1e6
         saving = max(0.0, ops_us + gaps_us - fused_us) / n
+        idle = min(saving, gaps_us / n)  # of it, the gaps between the loop's ops (cut on the timeline as idle)
         evidence = [
             loop,
             f"on a CPU thread the loop's time is its ops' dispatch as much as its bytes: its ops take "
@@ -116,6 +117,7 @@ def per_parameter_optimizer(ctx: RuleContext) -> list[RuleResult]:
             share, t = stretch.plain_share, ctx.diagnosis.time
             plain = max(0.0, (gaps_us + over_us) * share + (ops_us - over_us) - fused_us) / n
             saving = plain * t.step_us / t.unprofiled_step_us
+            idle = min(saving, gaps_us / n * share * t.step_us / t.unprofiled_step_us)
             evidence.append(
                 f"the profiler stretched the run's overhead {stretch.factor:.2f}× ({fmt_time(t.step_us)} a step "
                 f"profiled, {fmt_time(t.unprofiled_step_us)} after it stopped): the plain script pays {share:.0%} of "
@@ -132,7 +134,7 @@ def per_parameter_optimizer(ctx: RuleContext) -> list[RuleResult]:
                 f"{fmt_time(fused_us / n)} at the host's {fmt_bandwidth(ceiling)} → saves {fmt_time(ops_us / n)} + "
                 f"{fmt_time(gaps_us / n)} − {fmt_time(fused_us / n)} = {ctx.per_step(saving)}")
     else:
-        saving = (moved - fused) / bw * 1e6 / n
+        saving, idle = (moved - fused) / bw * 1e6 / n, 0.0
         evidence = [
             loop,
             f"a fused step moves {FUSED_TENSORS} parameter-sized tensors = {fmt_bytes(fused / n)} "
@@ -143,7 +145,7 @@ def per_parameter_optimizer(ctx: RuleContext) -> list[RuleResult]:
     fix = (f"optimizer = torch.optim.{name}(model.parameters(), lr=lr, fused=True)\n"
            "# (foreach=True, the default on GPU, batches the launches; fused=True also fuses the math)")
     return [ctx.finding(FindingKind.FUSION, f"Use a fused {name} step instead of per-parameter kernels",
-                        saving, evidence, fix, acts=acts_of)]
+                        saving, evidence, fix, acts=acts_of, idle_us=idle)]
 
 
 class _ForeachSteps:
