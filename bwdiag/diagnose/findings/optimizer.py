@@ -12,7 +12,7 @@ finding). ``fused=True`` replaces all of it with one op, whose work is the 7 ten
 memory bandwidth; so there the saving is the loop's ops and the step's gaps, less those bytes at the
 ceiling. Checked on 24 ``Linear(32, 32)`` layers, batch 16, one thread (2-core AMD EPYC VM, 7 Dec
 2026, ``tests/test_diff.py``'s workload): the bytes at the achieved bandwidth predicted 21 % of the
-step (418 µs as run without the profiler), ``fused=True`` saved 50 % (1.99 → 0.99 ms).
+step (418 µs as run without the profiler), this 1.01 ms; ``fused=True`` saved 50 % (1.99 → 0.99 ms).
 
 The foreach implementation (the default for CUDA tensors) batches the launches but not the math: each
 ``_foreach_*`` op is one pass over a list of parameter-sized tensors, reading and writing them. Its
@@ -102,37 +102,7 @@ def per_parameter_optimizer(ctx: RuleContext) -> list[RuleResult]:
             f"{sum(len(v) for v in acts_of.values()) // n} elementwise {'CPU ops' if ctx.is_cpu else 'kernels'} "
             f"moving {fmt_bytes(moved / n)} in {fmt_time(time / n)} ({fmt_bandwidth(bw)})")
     if ctx.is_cpu:
-        ceiling = float(ctx.diagnosis.device.memory_bandwidth)
-        fused_us = fused / ceiling * 1e6
-        saving = max(0.0, ops_us + gaps_us - fused_us) / n
-        idle = min(saving, gaps_us / n)  # of it, the gaps between the loop's ops (cut on the timeline as idle)
-        evidence = [
-            loop,
-            f"on a CPU thread the loop's time is its ops' dispatch as much as its bytes: its ops take "
-            f"{fmt_time(ops_us / n)} ({fmt_time(over_us / n)} of it beyond their roofline), the interpreter "
-            f"{fmt_time(gaps_us / n)} between them (the step's gaps)",
-        ]
-        stretch = dilation(ctx, found)
-        if stretch is not None:  # the plain script pays its share of the overhead, as the host-overhead rule's
-            share, t = stretch.plain_share, ctx.diagnosis.time
-            plain = max(0.0, (gaps_us + over_us) * share + (ops_us - over_us) - fused_us) / n
-            saving = plain * t.step_us / t.unprofiled_step_us
-            idle = min(saving, gaps_us / n * share * t.step_us / t.unprofiled_step_us)
-            evidence.append(
-                f"the profiler stretched the run's overhead {stretch.factor:.2f}× ({fmt_time(t.step_us)} a step "
-                f"profiled, {fmt_time(t.unprofiled_step_us)} after it stopped): the plain script pays {share:.0%} of "
-                f"the loop's gaps and overhead" if stretch.factor else
-                "the profiler's added time covers all of the run's overhead: the plain script pays none of it")
-            evidence.append(
-                f"a fused step is one op moving {FUSED_TENSORS} parameter-sized tensors = {fmt_bytes(fused / n)}, "
-                f"{fmt_time(fused_us / n)} at the host's {fmt_bandwidth(ceiling)} → saves ({fmt_time(gaps_us / n)} + "
-                f"{fmt_time(over_us / n)}) × {share:.0%} + {fmt_time((ops_us - over_us) / n)} − {fmt_time(fused_us / n)} "
-                f"= {fmt_time(plain)} of the plain script's time; as a share of the profiled step → {ctx.per_step(saving)}")
-        else:
-            evidence.append(
-                f"a fused step is one op moving {FUSED_TENSORS} parameter-sized tensors = {fmt_bytes(fused / n)}, "
-                f"{fmt_time(fused_us / n)} at the host's {fmt_bandwidth(ceiling)} → saves {fmt_time(ops_us / n)} + "
-                f"{fmt_time(gaps_us / n)} − {fmt_time(fused_us / n)} = {ctx.per_step(saving)}")
+        saving, idle, evidence = _cpu_price(ctx, loop, ops_us, over_us, gaps_us, fused, found)
     else:
         saving, idle = (moved - fused) / bw * 1e6 / n, 0.0
         evidence = [
@@ -146,6 +116,47 @@ def per_parameter_optimizer(ctx: RuleContext) -> list[RuleResult]:
            "# (foreach=True, the default on GPU, batches the launches; fused=True also fuses the math)")
     return [ctx.finding(FindingKind.FUSION, f"Use a fused {name} step instead of per-parameter kernels",
                         saving, evidence, fix, acts=acts_of, idle_us=idle)]
+
+
+def _cpu_price(ctx: RuleContext, loop: str, ops_us: float, over_us: float, gaps_us: float, fused: float,
+               found: list) -> tuple[float, float, list[str]]:
+    """(saving, of it the gaps cut as idle, evidence) of a fused step on a CPU thread, over the window
+    (mean per rank): the loop's ops (``over_us`` of them beyond their roofline) and the ``gaps_us``
+    between them, less one op over the ``fused`` bytes at the host's bandwidth — the overhead at the
+    plain script's share where ``bwdiag run`` timed steps without the profiler (:func:`~.recording.dilation`)."""
+    n = ctx.ranks
+    ceiling = float(ctx.diagnosis.device.memory_bandwidth)
+    fused_us = fused / ceiling * 1e6
+    saving = max(0.0, ops_us + gaps_us - fused_us) / n
+    idle = min(saving, gaps_us / n)  # of it, the gaps between the loop's ops (cut on the timeline as idle)
+    evidence = [
+        loop,
+        f"on a CPU thread the loop's time is its ops' dispatch as much as its bytes: its ops take "
+        f"{fmt_time(ops_us / n)} ({fmt_time(over_us / n)} of it beyond their roofline), the interpreter "
+        f"{fmt_time(gaps_us / n)} between them (the step's gaps)",
+    ]
+    stretch = dilation(ctx, found)
+    if stretch is not None:  # the plain script pays its share of the overhead, as the host-overhead rule's
+        share, t = stretch.plain_share, ctx.diagnosis.time
+        plain = max(0.0, (gaps_us + over_us) * share + (ops_us - over_us) - fused_us) / n
+        saving = plain * t.step_us / t.unprofiled_step_us
+        idle = min(saving, gaps_us / n * share * t.step_us / t.unprofiled_step_us)
+        evidence.append(
+            f"the profiler stretched the run's overhead {stretch.factor:.2f}× ({fmt_time(t.step_us)} a step "
+            f"profiled, {fmt_time(t.unprofiled_step_us)} after it stopped): the plain script pays {share:.0%} of "
+            f"the loop's gaps and overhead" if stretch.factor else
+            "the profiler's added time covers all of the run's overhead: the plain script pays none of it")
+        evidence.append(
+            f"a fused step is one op moving {FUSED_TENSORS} parameter-sized tensors = {fmt_bytes(fused / n)}, "
+            f"{fmt_time(fused_us / n)} at the host's {fmt_bandwidth(ceiling)} → saves ({fmt_time(gaps_us / n)} + "
+            f"{fmt_time(over_us / n)}) × {share:.0%} + {fmt_time((ops_us - over_us) / n)} − {fmt_time(fused_us / n)} "
+            f"= {fmt_time(plain)} of the plain script's time; as a share of the profiled step → {ctx.per_step(saving)}")
+    else:
+        evidence.append(
+            f"a fused step is one op moving {FUSED_TENSORS} parameter-sized tensors = {fmt_bytes(fused / n)}, "
+            f"{fmt_time(fused_us / n)} at the host's {fmt_bandwidth(ceiling)} → saves {fmt_time(ops_us / n)} + "
+            f"{fmt_time(gaps_us / n)} − {fmt_time(fused_us / n)} = {ctx.per_step(saving)}")
+    return saving, idle, evidence
 
 
 class _ForeachSteps:
