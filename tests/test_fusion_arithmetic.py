@@ -186,3 +186,25 @@ def test_a_fused_loop_still_draws_dropouts_random_numbers():
     # not the memory traffic fusion removes
     (run,) = fusable_runs(a.activities, a.trace.ops, loop_ns={})
     assert run.arithmetic_us == pytest.approx(6000 - 16.0) and run.saving_us == 0.0
+
+
+def test_cpu_loop_arithmetic_counts_in_the_recorded_windows_terms():
+    # The 200 µs window holds two recorded steps, 120 (a slow first step) and 80 µs: 100 on average;
+    # `bwdiag run` timed the steps after it at 80 µs each. The eager ops and the bytes' time are the
+    # recording's; the calibrated tanh (0.02 ns × 1,048,576 = 20.97152 µs) is the plain script's speed,
+    # so it counts × 100 / 80 = 1.25 in the window: 26.2144 µs, saving 132 − 52.8 − 26.2144 = 52.9856 µs.
+    # The views give it per plain step as × 80 / 200: 21.2 µs.
+    a = _cpu_rank(tanh_us=100.0)
+    ctx = _calibrated(context([a], total_us=200, trace_kind="cpu"), {"2": {"tanh": 0.02}})
+    t = dataclasses.replace(ctx.diagnosis.time, step_us=100.0, step_durations_us=(120.0, 80.0), unprofiled_step_us=80.0)
+    ctx = dataclasses.replace(ctx, diagnosis=dataclasses.replace(ctx.diagnosis, time=t))
+    assert ctx.recorded_stretch == pytest.approx(1.25)
+    f = fusion.fusion(ctx)[0].finding
+    assert f.est_saving_us == pytest.approx(132 - 52.8 - 1.25 * 20.97152)
+    assert "plus 26.2 µs for tanh" in f.evidence[1], f.evidence[1]
+    assert "× 1.25: the recorded steps took 100 µs on average, 80 µs without the profiler" in f.evidence[1]
+    assert "(21.2 µs per step as run without the profiler)" in f.evidence[1]
+    # a GPU trace keeps its kernels' own times: no stretch
+    gpu = dataclasses.replace(ctx, diagnosis=dataclasses.replace(
+        ctx.diagnosis, source=dataclasses.replace(ctx.diagnosis.source, trace_kind="gpu")))
+    assert gpu.recorded_stretch == 1.0

@@ -175,6 +175,24 @@ class RuleContext:
         step, total = self.diagnosis.time.step_us, self.total_us
         return step / total if step and total > 0 else None
 
+    @property
+    def recorded_stretch(self) -> float:
+        """How much longer the recorded steps ran than the script's without the profiler: the mean of
+        the window's complete steps ÷ the unprofiled step (a CPU trace `bwdiag run` timed after the
+        window; else 1).
+
+        The views turn a window total into the plain script's step by ``unprofiled ÷ window``
+        (:meth:`per_step`), which takes every microsecond of the window to be recorded time. A cost
+        worked out at the plain script's speed — a compiled loop's calibrated arithmetic — is that many
+        times longer in the window's terms. The mean, not the median: a slow first step (the chain's
+        page faults, 17 ms against 8.4) is in the window's total and in the eager ops it counts."""
+        t = self.diagnosis.time
+        durations = [d for d in t.step_durations_us if d and d > 0]
+        if not (self.is_cpu and t.unprofiled_step_us and t.unprofiled_step_us > 0 and (durations or t.step_us)):
+            return 1.0
+        recorded = sum(durations) / len(durations) if durations else float(t.step_us)
+        return recorded / t.unprofiled_step_us
+
     def per_step(self, saving_us: float, *, measured: bool = False) -> str:
         """A window total with its unit: ``"1.2 ms over the window (400 µs per step)"`` — the
         evidence's arithmetic is over the window, the per-step figure is what "saves" shows.

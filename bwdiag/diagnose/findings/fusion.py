@@ -43,7 +43,10 @@ _GELU = re.compile(r"gelu", re.I)
 def fusion(ctx: RuleContext) -> list[RuleResult]:
     """Runs of unfused memory-bound kernels over same-size tensors, one finding per repeated pattern."""
     patterns: dict[tuple, list] = defaultdict(list)  # op-name sequence -> [(rank, run)]
-    loop_ns = loop_costs(ctx)[0] if ctx.is_cpu else None  # a CPU trace: the fused loop is Inductor's C++
+    loop_ns = None
+    if ctx.is_cpu:  # a CPU trace: the fused loop is Inductor's C++, its arithmetic at the plain script's speed
+        stretch = ctx.recorded_stretch
+        loop_ns = {op: ns * stretch for op, ns in loop_costs(ctx)[0].items()}
     for rank_pos, a in enumerate(ctx.analyses):
         taken = ctx.claimed(rank_pos)  # eager attention, layout copies, cast round trips: reported already
         op_names = a.activities["op_name"].to_numpy()
@@ -138,8 +141,8 @@ def _saving_line(ctx: RuleContext, runs: list, unit: str, saving: float) -> str:
         ops = ", ".join(dict.fromkeys(str(o).removeprefix("aten::") for r in runs for o in r.arithmetic_ops))
         return (line + f"fused, {fmt_bytes(bytes_total - saved_total)} would take {fmt_time(memory)} at that "
                        f"bandwidth, plus {fmt_time(arith)} for {ops} in the compiled loop "
-                       f"({loop_costs(ctx)[1]}) — one CPU thread does both in turn → saves {fmt_time(time_total)} − "
-                       f"{fmt_time(memory + arith)} = {ctx.per_step(saving)}")
+                       f"({loop_costs(ctx)[1]}{_stretch_note(ctx)}) — one CPU thread does both in turn → saves "
+                       f"{fmt_time(time_total)} − {fmt_time(memory + arith)} = {ctx.per_step(saving)}")
     bound = [r for r in runs if r.compute_bound]
     if not bound:
         return (line + f"fused: {fmt_bytes(bytes_total - saved_total)} → saves {fmt_bytes(saved_total)} ÷ "
@@ -152,6 +155,15 @@ def _saving_line(ctx: RuleContext, runs: list, unit: str, saving: float) -> str:
             f"at that bandwidth, but {ops} compute for {fmt_time(arith)} beyond their own bytes at the chain's best "
             f"{fmt_bandwidth(best)} — arithmetic the fused loop still pays (it is compute-bound) → saves "
             f"{fmt_time(time_total)} − {fmt_time(arith + memory)} = {ctx.per_step(saving)}")
+
+
+def _stretch_note(ctx: RuleContext) -> str:
+    """How the calibrated arithmetic (the plain script's speed) was put in the recorded window's terms."""
+    stretch, t = ctx.recorded_stretch, ctx.diagnosis.time
+    if not (ctx.is_cpu and loop_costs(ctx)[0]) or abs(stretch - 1.0) < 0.005:
+        return ""
+    return (f", × {stretch:.2f}: the recorded steps took {fmt_time(stretch * t.unprofiled_step_us)} on average, "
+            f"{fmt_time(t.unprofiled_step_us)} without the profiler, and the bytes' time is the recording's")
 
 
 def _table_modules(ctx: RuleContext, runs: list) -> list[str]:
