@@ -159,7 +159,7 @@ def _saving(ctx: RuleContext, found, gaps_us: float, keep_optimizer: bool, recor
     fused_over = sum(float(overhead_by_row(ctx.analyses[pos])[r.fused_rows].sum()) for pos, r in removed.items()) / n
     plain = max(0.0, gaps_us * share + fused - fused_over * (1.0 - share) - kept_us)
     t = ctx.diagnosis.time
-    saving = plain * t.step_us / t.unprofiled_step_us
+    saving = plain * ctx.recorded_stretch
     idle = saving * gaps_us / (gaps_us + fused) if gaps_us + fused > 0 else 0.0
     acts = {pos: r.fused_rows for pos, r in removed.items() if len(r.fused_rows)}
     k = run_op_us(ctx, recorded * scale)

@@ -139,8 +139,8 @@ def _cpu_price(ctx: RuleContext, loop: str, ops_us: float, over_us: float, gaps_
     if stretch is not None:  # the plain script pays its share of the overhead, as the host-overhead rule's
         share, t = stretch.plain_share, ctx.diagnosis.time
         plain = max(0.0, (gaps_us + over_us) * share + (ops_us - over_us) - fused_us) / n
-        saving = plain * t.step_us / t.unprofiled_step_us
-        idle = min(saving, gaps_us / n * share * t.step_us / t.unprofiled_step_us)
+        saving = plain * ctx.recorded_stretch
+        idle = min(saving, gaps_us / n * share * ctx.recorded_stretch)
         evidence.append(
             f"the profiler stretched the run's overhead {stretch.factor:.2f}× ({fmt_time(t.step_us)} a step "
             f"profiled, {fmt_time(t.unprofiled_step_us)} after it stopped): the plain script pays {share:.0%} of "

@@ -178,7 +178,8 @@ def dilation(ctx, found) -> Dilation | None:
     if not (t.unprofiled_step_us and t.step_us and scale):
         return None
     n = ctx.ranks
-    added = max(0.0, t.step_us - t.unprofiled_step_us) / scale
+    # the window less what its steps take without the profiler (as RuleContext.recorded_stretch counts it)
+    added = max(0.0, ctx.total_us * (1.0 - 1.0 / ctx.recorded_stretch))
     gaps = sum(g.gap_us for _, g in found) / n
     overhead = sum(ops_overhead_us(ctx.analyses[pos], g) for pos, g in found) / n
     return Dilation(added, gaps, overhead)
