@@ -7,8 +7,8 @@ several repetitions after a warm-up. On CUDA the timing uses CUDA events around 
 device synchronised before and after. CPU also: what ``torch.profiler`` adds per recorded op
 (``profiler_op_us``: tiny ops timed with and without it, interleaved; the host-overhead finding names
 that share of the gaps with it), and what a ``torch.compile``'d call still costs (``compiled_call``:
-chains of tiny ``nn.Linear`` layers compiled, inference and training, timed per call; what the
-host-overhead finding's saving keeps of a compiled step), and what each transcendental op costs per
+stacks of tiny transformer blocks compiled, inference and training, timed per call
+(:mod:`bwdiag.hardware.compiled_probe`); what the host-overhead finding's saving keeps of a compiled step), and what each transcendental op costs per
 element inside an Inductor loop (``compiled_pointwise``, :mod:`bwdiag.hardware.pointwise_probe`; the
 arithmetic a CPU fusion finding's fused loop still pays).
 
@@ -43,6 +43,7 @@ from bwdiag.cache import cache_dir
 from bwdiag.errors import BwdiagError
 from bwdiag.hardware.host import HostFacts, calibration_host, host_record
 from bwdiag.hardware.lookup import gpu_spec
+from bwdiag.hardware.compiled_probe import compiled_call
 from bwdiag.hardware.pointwise_probe import compiled_pointwise
 from bwdiag.hardware.spec import GIB, DeviceSpec, SpecSource, spec_from_entry
 from bwdiag.hardware.threads import thread_ceilings
@@ -71,11 +72,6 @@ PROFILER_PROBE_OPS = {False: 2000, True: 2000}
 PROFILER_PROBE_ROUNDS = {False: 9, True: 5}
 CUDA_GEMM_N = {False: 8192, True: 4096}
 
-#: What a compiled call keeps (CPU): ``nn.Sequential`` of this many ``nn.Linear(8, 8)`` layers, compiled
-#: (the per-layer cost is the slope between the two), timed per call over this many calls per round.
-COMPILED_PROBE_LAYERS = (1, 9)
-COMPILED_PROBE_CALLS = {False: 200, True: 60}
-COMPILED_PROBE_ROUNDS = {False: 5, True: 3}
 
 
 class CalibrationError(BwdiagError):
@@ -320,7 +316,7 @@ def _measure_cpu(quick: bool, quiet: Any = None) -> dict[str, Any]:
         finally:
             torch.set_num_threads(threads)
     result["profiler_op_us"] = _profiler_op_us(quick, quiet)
-    result["compiled_call"] = _compiled_call(quick)
+    result["compiled_call"] = compiled_call(quick)
     result["compiled_pointwise"] = compiled_pointwise(quick)
     return result
 
@@ -356,77 +352,6 @@ def _cpu_ceilings(quick: bool) -> dict[str, Any]:
     result["gemm_n"] = size
     result["gemm_flops_per_s"] = gemm
     return result
-
-
-def _compiled_call(quick: bool) -> dict[str, dict[str, float]] | None:
-    """What a ``torch.compile``'d call costs on this host beyond the extern GEMM calls it makes, per
-    mode (``inference``: under ``no_grad``; ``training``: forward, ``.sum()`` and backward):
-    ``call_us`` (Dynamo's guards, the compiled wrappers, the backward's compiled node) and
-    ``extern_us`` (per extern GEMM call: the generated Python around it, the guards and arguments of
-    its layer's parameters). ``nn.Sequential`` of ``COMPILED_PROBE_LAYERS`` ``nn.Linear(8, 8)`` layers,
-    one thread, the fastest of interleaved rounds; each call's time less its extern calls' own time
-    (``addmm``, and in training two ``mm`` per layer, timed as plain calls) and, in training, less an eager
-    ``sum().backward()`` of a leaf (the loss and the autograd engine's call, which the eager step pays too).
-    The per-layer slope is ``extern_us`` (÷ 3 extern calls per layer in training); the rest ``call_us``.
-    ``None`` where torch.compile cannot run here (no C++ compiler for Inductor, an unsupported Python)."""
-    import torch
-    from torch._dynamo.utils import counters
-
-    threads = torch.get_num_threads()
-    saved = {k: v.copy() for k, v in counters.items()}  # the process reads as never having compiled after
-    torch.set_num_threads(1)
-    try:
-        return _compiled_call_probe(torch, quick)
-    except Exception:  # noqa: BLE001 — any failure of Dynamo/Inductor here means: not measured
-        return None
-    finally:
-        torch.set_num_threads(threads)
-        torch._dynamo.reset()  # the probe's graphs go
-        counters.clear()
-        counters.update(saved)
-
-
-def _compiled_call_probe(torch: Any, quick: bool) -> dict[str, dict[str, float]]:
-    calls, rounds = COMPILED_PROBE_CALLS[quick], COMPILED_PROBE_ROUNDS[quick]
-    x, w, b = torch.rand(4, 8), torch.rand(8, 8), torch.rand(8)
-    leaf = torch.rand(4, 8, requires_grad=True)
-    addmm = _per_call(lambda: torch.addmm(b, x, w), 20 * calls, rounds)
-    mm = _per_call(lambda: torch.mm(x, w), 20 * calls, rounds)
-    loss = _per_call(lambda: leaf.sum().backward(), 5 * calls, rounds)
-    out: dict[str, dict[str, float]] = {}
-    for mode in ("inference", "training"):
-        kept = {}
-        for layers in COMPILED_PROBE_LAYERS:
-            torch.manual_seed(0)
-            model = torch.compile(torch.nn.Sequential(*(torch.nn.Linear(8, 8) for _ in range(layers))))
-            if mode == "inference":
-                def step(model=model) -> None:
-                    with torch.no_grad():
-                        model(x)
-                own = layers * addmm
-            else:
-                def step(model=model) -> None:
-                    model(x).sum().backward()
-                own = layers * (addmm + 2 * mm) + loss
-            kept[layers] = _per_call(step, calls, rounds) - own
-        few, many = COMPILED_PROBE_LAYERS
-        per_layer = (kept[many] - kept[few]) / (many - few)
-        out[mode] = {"call_us": round(max(0.0, kept[few] - few * per_layer), 2),
-                     "extern_us": round(max(0.0, per_layer / (1 if mode == "inference" else 3)), 2)}
-    return out
-
-
-def _per_call(fn: Any, calls: int, rounds: int) -> float:
-    """µs per call of ``fn``: the fastest of ``rounds`` rounds of ``calls`` calls, after a warm-up."""
-    for _ in range(10):
-        fn()
-    best = float("inf")
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - start) / calls)
-    return best * 1e6
 
 
 def _plain(value: Mapping) -> dict:

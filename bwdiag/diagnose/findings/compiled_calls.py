@@ -10,12 +10,14 @@ host-overhead saving keeps
 
 of the gaps it would otherwise count, per mode (``inference`` under ``no_grad``, ``training`` with a
 backward). ``bwdiag calibrate`` measures both on the host (``device.calibration.values.compiled_call``;
-:func:`bwdiag.hardware.calibrate._compiled_call`); without it the figures below, from the dev VM, stand.
+:mod:`bwdiag.hardware.compiled_probe`); without it the figures below, from the dev VM, stand.
 A compiled call is a forward of the top-level model (``model = torch.compile(model)``), or a step where
 the trace records no modules (the compiled function is the step's). Checked on the decode loop of
-``benchmarks/whatif.py`` (one compiled forward with 11 extern calls a step): the eager trace's gaps less
-the recording predicted a 120 µs saving per step where compiling saved 60; the fixed run's trace held
-53 µs a step in Dynamo's guard check alone.
+``benchmarks/whatif.py`` (one compiled forward with 11 extern calls a step, Intel Xeon VM, 7 Dec 2026):
+with per-call costs probed on bare ``Linear`` layers (19.8 + 11 × 2.72 µs kept) the eager trace's gaps
+predicted 129 µs saved a step where compiling saved 60–70; the compiled forward spent 70–108 µs a call
+outside its graph (timed whole, less its transformed bytecode called directly). Probed on transformer
+blocks (36.0 + 11 × 5.78 µs) the same capture predicts 55 µs.
 """
 
 from __future__ import annotations
@@ -28,12 +30,15 @@ import numpy as np
 
 from bwdiag.diagnose.findings.helpers import op_column
 
-#: Per-call costs of compiled code (µs) on the 2-core dev VM (torch 2.13 CPU, one thread, 6 Dec 2026):
-#: two runs of the calibration's probe gave inference 19.1 / 19.5 µs a call and 2.96 / 2.50 µs an extern
-#: call, training 95.0 / 80.8 µs a call and 4.89 / 4.80 µs an extern call; their means.
+#: Per-call costs of compiled code (µs) on the 2-core Intel Xeon VM (torch 2.13 CPU, one thread, 7 Dec
+#: 2026), the calibration's probe of tiny transformer blocks (:mod:`bwdiag.hardware.compiled_probe`) run
+#: three times: inference 36.4 / 34.1 / 36.0 µs a call and 5.28 / 5.44 / 5.78 µs an extern call, training
+#: 125 / 148 / 158 µs a call and 9.23 / 8.93 / 8.59 µs an extern call; their means. (A probe of bare
+#: ``Linear(8, 8)`` layers gave 19.8 + 2.72 and 91.4 + 5.23 there: it left out what the guards, wrappers
+#: and generated loops of the layer norms, activations and residuals between the GEMMs cost.)
 COMPILED_CALL: Mapping[str, Mapping[str, float]] = {
-    "inference": {"call_us": 19.3, "extern_us": 2.7},
-    "training": {"call_us": 87.9, "extern_us": 4.85},
+    "inference": {"call_us": 35.5, "extern_us": 5.5},
+    "training": {"call_us": 143.5, "extern_us": 8.92},
 }
 
 _MODULE_SPAN = "nn.Module: "
