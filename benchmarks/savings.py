@@ -159,16 +159,47 @@ def time_variants(workload: str, variants: list[str], rounds: int, steps: int, p
     return pooled
 
 
-def realised(timed: Timed, variant: str) -> tuple[float, float]:
+#: A ``before`` process whose median step is more than this factor off the captured run's unprofiled
+#: step ran in another regime than the one bwdiag analysed. On the Intel Xeon VM (7 Dec 2026) 4 of 8 of
+#: the chain's ``before`` processes ran 18.6–21.7 ms a step for their whole life and the other 4 7.8–8.2,
+#: the captures' own unprofiled steps 7.4–7.9 (the compiled ones 6.0–6.5 in every process): the eager
+#: chain's fresh 8 MB results faulting their pages in or not. A prediction is made from the regime its
+#: capture ran in, so it is checked against the processes that ran in that regime.
+REGIME = 1.5
+
+
+def in_regime(timed: Timed, regime_us: float | None) -> list[int] | None:
+    """Indices of the processes whose ``before`` ran within ``REGIME`` of ``regime_us`` (the captured
+    run's unprofiled step); None where every process did, where there are no processes of their own, or
+    where fewer than two did (then nothing is set apart)."""
+    by = timed.by_process
+    if not by or not regime_us or len(by.get("before", ())) < 2:
+        return None
+    kept = [i for i, b in enumerate(by["before"]) if regime_us / REGIME <= b <= regime_us * REGIME]
+    return kept if 2 <= len(kept) < len(by["before"]) else None
+
+
+def step_before(timed: Timed, regime_us: float | None = None) -> float:
+    """The plain step before (µs): the median of the rounds, or of the ``before`` processes that ran in
+    the captured run's regime where some did not (:func:`in_regime`)."""
+    kept = in_regime(timed, regime_us)
+    if kept is None:
+        return statistics.median(timed["before"])
+    return statistics.median(timed.by_process["before"][i] for i in kept)
+
+
+def realised(timed: Timed, variant: str, regime_us: float | None = None) -> tuple[float, float]:
     """(µs a step ``variant`` saved against ``before``, the noise it must beat). In one process: the
     difference of the pooled medians, noise the sum of both variants' half IQRs. With processes of their
     own: the median of the paired differences, process ``i`` of ``before`` against process ``i`` of the
     variant (run back to back), noise their half IQR — the host's speed drifts by more than a fix saves
     between processes a minute apart (the transformer's ``before`` ran 26.7 ms in one process and 30.0 in
-    the next, 7 Dec 2026), and a pair shares its drift."""
+    the next, 7 Dec 2026), and a pair shares its drift. With ``regime_us``, pairs whose ``before`` ran in
+    another regime than the capture are left out (:func:`in_regime`)."""
     by = timed.by_process
     if by and len(by.get("before", ())) >= 2 and len(by.get(variant, ())) == len(by["before"]):
-        diffs = [b - a for b, a in zip(by["before"], by[variant])]
+        kept = in_regime(timed, regime_us) or range(len(by["before"]))
+        diffs = [by["before"][i] - by[variant][i] for i in kept]
         return statistics.median(diffs), spread(diffs)
     return (statistics.median(timed["before"]) - statistics.median(timed[variant]),
             spread(timed["before"]) + spread(timed[variant]))
@@ -194,7 +225,8 @@ def measure(workload: str, out: Path, rounds: int, steps: int, processes: int = 
     wanted = [v for f in top3 if (v := variant_for(workload, f))]
     variants = ["before", *dict.fromkeys([*wanted, *BESIDE.get(workload, ())])]
     timed = time_variants(workload, variants, rounds, steps, processes)
-    before = statistics.median(timed["before"])
+    regime = diagnosis["time"].get("unprofiled_step_us")
+    before = step_before(timed, regime)
     rows = []
     for rank, f in enumerate(top3, 1):
         v = variant_for(workload, f)
@@ -207,21 +239,35 @@ def measure(workload: str, out: Path, rounds: int, steps: int, processes: int = 
         row = {"rank": rank, "kind": f["kind"], "title": f["title"], "predicted_profiled_us": raw,
                "predicted_share": share, "predicted_us": None if share is None else share * before, "variant": v}
         if v:
-            saved, noise = realised(timed, v)
+            saved, noise = realised(timed, v, regime)
             row.update(after_us=statistics.median(timed[v]), realised_us=saved, noise_us=noise)
             row["ratio"] = row["realised_us"] / row["predicted_us"] if row["predicted_us"] else None
             row["realised_share"] = row["realised_us"] / before
             row["slower"] = row["realised_us"] < -row["noise_us"]
         rows.append(row)
     for v in BESIDE.get(workload, ()):  # another form of a fix, timed beside the finding's
-        saved, noise = realised(timed, v)
+        saved, noise = realised(timed, v, regime)
         rows.append({"rank": None, "kind": "", "title": f"(beside: {v})", "variant": v, "predicted_us": None,
                      "after_us": statistics.median(timed[v]), "realised_us": saved, "noise_us": noise,
                      "realised_share": saved / before, "slower": saved < -noise})
     return {"workload": workload, "step_us_bwdiag": diagnosis["time"]["step_us"],
             "recaptured": diagnosis["recaptured"], "before_us": before,
             "before_rounds_us": timed["before"], "rounds_us": timed,
-            "by_process_us": timed.by_process, "findings": rows}
+            "by_process_us": timed.by_process, "in_regime": in_regime(timed, regime), "findings": rows}
+
+
+def regime_notes(results: list[dict]) -> list[str]:
+    """One line per workload some of whose ``before`` processes ran outside the captured run's regime."""
+    notes = []
+    for r in results:
+        kept, by = r.get("in_regime"), r.get("by_process_us") or {}
+        if kept is None or not by.get("before"):
+            continue
+        out = [f"{b / 1e3:.1f}" for i, b in enumerate(by["before"]) if i not in kept]
+        notes.append(f"{r['workload']}: {len(out)} of {len(by['before'])} `before` processes ran outside the captured "
+                     f"run's regime ({', '.join(out)} ms a step; more than {REGIME:g}× off its unprofiled step) and "
+                     "are not paired")
+    return notes
 
 
 def table(results: list[dict]) -> str:
@@ -265,6 +311,8 @@ def main() -> None:
         results.append(measure(name, out, args.rounds, args.steps, args.processes))
         (out / "savings.json").write_text(json.dumps(results, indent=1))
     print(table(results))
+    for note in regime_notes(results):
+        print(f"\n{note}")
     print(f"raw figures: {out / 'savings.json'}", file=sys.stderr)
 
 
