@@ -76,7 +76,7 @@ def compiled_call_costs(ctx, mode: str) -> tuple[float, float, str]:
     if isinstance(measured, Mapping) and all(_number(measured.get(k)) for k in ("call_us", "extern_us")):
         return float(measured["call_us"]), float(measured["extern_us"]), "measured on this host by bwdiag calibrate"
     d = COMPILED_CALL[mode]
-    return d["call_us"], d["extern_us"], "measured on a 2-core dev VM; `bwdiag calibrate` measures this host"
+    return d["call_us"], d["extern_us"], "measured on a 2-core Intel Xeon VM; `bwdiag calibrate` measures this host"
 
 
 def kept_by_compiled(ctx, found, externs: float) -> Kept:
