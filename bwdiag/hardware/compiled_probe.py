@@ -10,7 +10,7 @@ The probe is therefore a stack of the layers most models are built from: tiny pr
 transformer blocks (``d_model`` 8, 2 heads, one position, batch 4: ``LayerNorm`` → ``qkv`` ``Linear`` →
 SDPA → ``proj`` ``Linear`` → residual → ``LayerNorm`` → ``Linear`` → GELU → ``Linear`` → residual),
 compiled at ``LAYERS`` depths, per mode (``inference``: under ``no_grad``; ``training``: forward,
-``.sum()`` and backward), one thread, the fastest of ``ROUNDS`` interleaved rounds. Each call's time
+``.sum()`` and backward), one thread, the fastest of ``ROUNDS`` rounds per depth. Each call's time
 less its extern kernels' own time (the ``addmm``/``mm`` and SDPA kernels, timed as plain calls at the
 probe's shapes; in training also the eager ``sum().backward()`` of a leaf, which the eager step pays
 too) is what the compiled code keeps. The slope per block ÷ the extern calls a block makes
@@ -31,7 +31,7 @@ from typing import Any
 
 #: Depths of the probe's stack (the per-block cost is the slope between them).
 LAYERS = (1, 4)
-#: Calls per timed round, and rounds (interleaved across depths; the fastest counts).
+#: Calls per timed round, and rounds per depth (the fastest counts: a loaded host only adds time).
 CALLS = {False: 200, True: 60}
 ROUNDS = {False: 5, True: 3}
 #: Extern kernel calls one block makes as an eager trace records them: 4 ``addmm`` and one SDPA kernel
