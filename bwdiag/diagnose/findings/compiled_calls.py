@@ -10,7 +10,7 @@ host-overhead saving keeps
 
 of the gaps it would otherwise count, per mode (``inference`` under ``no_grad``, ``training`` with a
 backward). ``bwdiag calibrate`` measures both on the host (``device.calibration.values.compiled_call``;
-:mod:`bwdiag.hardware.compiled_probe`); without it the figures below, from the dev VM, stand.
+:mod:`bwdiag.hardware.compiled_probe`); without it the figures below, from the Intel Xeon VM, stand.
 A compiled call is a forward of the top-level model (``model = torch.compile(model)``), or a step where
 the trace records no modules (the compiled function is the step's). Checked on the decode loop of
 ``benchmarks/whatif.py`` (one compiled forward with 11 extern calls a step, Intel Xeon VM, 7 Dec 2026):
