@@ -210,9 +210,10 @@ def _host_costs(path) -> list[str]:
         lines.append(f"profiler      {op_us:.2f} µs per recorded op")
     if compiled := measured.get("compiled_call"):
         lines.append("compiled call " + "; ".join(
-            f"{mode} {c['call_us']:.1f} µs + {c['extern_us']:.2f} µs per GEMM call" for mode, c in compiled.items()))
+            f"{mode} {c['call_us']:.1f} µs + {c['extern_us']:.2f} µs per extern call (GEMM, attention)" for mode, c in compiled.items()))
     if isinstance(pointwise := measured.get("compiled_pointwise"), dict):
-        for threads, per_op in (pointwise.get("ns_per_element") or {}).items():
-            lines.append(f"compiled loop {', '.join(f'{op} {ns:.2f}' for op, ns in per_op.items())} ns per element "
-                         f"(Inductor, {threads} thread{'s' * (threads != '1')})")
+        for key, how in (("ns_per_element", ""), ("chained_ns_per_element", ", each op feeding the next")):
+            for threads, per_op in (pointwise.get(key) or {}).items():
+                lines.append(f"compiled loop {', '.join(f'{op} {ns:.2f}' for op, ns in per_op.items())} ns per "
+                             f"element (Inductor, {threads} thread{'s' * (threads != '1')}{how})")
     return lines

@@ -15,11 +15,12 @@ MiB = 1 << 20
 F32 = "float"
 
 
-def _rank(tanh_us: float, relu_us: float = 8.0):
-    """mul(x, y) → tanh(t0) → relu(t1) → add(t2, z) over 1 Mi-element fp32 tensors (4 MiB each)."""
+def _rank(tanh_us: float, relu_us: float = 8.0, third: str = "aten::relu"):
+    """mul(x, y) → tanh(t0) → relu(t1) → add(t2, z) over 1 Mi-element fp32 tensors (4 MiB each);
+    ``third`` in relu's place."""
     n = [1 << 20]
     ops = [op("aten::mul", dims=[n, n], types=[F32, F32]), op("aten::tanh", dims=[n], types=[F32]),
-           op("aten::relu", dims=[n], types=[F32]), op("aten::add", dims=[n, n], types=[F32, F32])]
+           op(third, dims=[n], types=[F32]), op("aten::add", dims=[n, n], types=[F32, F32])]
     acts = [kernel("mul", op=0, ts=0, dur=12, category="elementwise", bound="memory", bytes=12 * MiB),
             kernel("tanh", op=1, ts=12, dur=tanh_us, category="elementwise", bound="memory", bytes=8 * MiB),
             kernel("relu", op=2, ts=12 + tanh_us, dur=relu_us, category="elementwise", bound="memory",
@@ -71,19 +72,20 @@ def test_memory_bound_chain_keeps_the_bandwidth_saving():
 # -- a CPU thread's loop: bytes and arithmetic add up, arithmetic priced as Inductor's code ----------
 
 
-def _cpu_rank(tanh_us: float = 100.0):
+def _cpu_rank(tanh_us: float = 100.0, third: str = "aten::relu"):
     """The same chain as CPU ops on one thread (kind ``cpu_op``): mul → tanh → relu → add, 1 Mi floats."""
-    a = _rank(tanh_us)
+    a = _rank(tanh_us, third=third)
     acts = a.activities.copy()
     acts["kind"], acts["stream"] = "cpu_op", 1
     return dataclasses.replace(a, activities=acts)
 
 
-def _calibrated(ctx, ns_per_element: dict, threads: int | None = None):
-    """``ctx`` diagnosed with a calibration that measured ``ns_per_element`` ({threads: {op: ns}}), of a
-    trace a bwdiag capture said ran ``threads`` intra-op threads."""
+def _calibrated(ctx, ns_per_element: dict, threads: int | None = None, chained: dict | None = None):
+    """``ctx`` diagnosed with a calibration that measured ``ns_per_element`` ({threads: {op: ns}}; ops
+    feeding one another: ``chained``), of a trace a bwdiag capture said ran ``threads`` intra-op threads."""
+    pointwise = {"ns_per_element": ns_per_element, **({"chained_ns_per_element": chained} if chained else {})}
     calibration = {"path": "calibration-cpu.json", "origin": "local",
-                   "values": {"compiled_pointwise": {"ns_per_element": ns_per_element}}}
+                   "values": {"compiled_pointwise": pointwise}}
     if threads is not None:
         for a in ctx.analyses:
             a.trace.metadata = {"bwdiag": {"torch_threads": threads}}
@@ -94,45 +96,71 @@ def _calibrated(ctx, ns_per_element: dict, threads: int | None = None):
 def test_cpu_loop_pays_its_bytes_plus_the_compiled_arithmetic():
     a = _cpu_rank(tanh_us=100.0)
     (run,) = fusable_runs(a.activities, a.trace.ops, loop_ns={"tanh": 0.05})
-    # Memory floor as on the GPU: 132 · 16/40 = 52.8 µs. Arithmetic: Inductor's tanh, 1,048,576 elements ×
-    # 0.05 ns = 52.4288 µs — not the eager kernel's 84 µs beyond its bytes. One thread does both in turn:
-    # fused loop 52.8 + 52.4288 = 105.2288 µs, saving 132 − 105.2288 = 26.7712 µs (the larger of the two
-    # alone would have said 132 − 52.8 = 79.2).
-    assert run.serial and run.memory_floor_us == pytest.approx(52.8)
+    # Memory floor: the 16 MiB the fused loop still moves at the best line an op reached (mul's 12 MiB in
+    # 12 µs: 1 MiB/µs) = 16 µs — not the run's average (40 MiB in 132 µs → 52.8 µs), which holds tanh's
+    # own time, counted below. Arithmetic: Inductor's tanh, 1,048,576 elements × 0.05 ns = 52.4288 µs —
+    # not the eager kernel's 84 µs beyond its bytes. One thread does both in turn: fused loop 16 + 52.4288
+    # = 68.4288 µs, saving 132 − 68.4288 = 63.5712 µs.
+    assert run.serial and run.memory_floor_us == pytest.approx(16.0)
     assert run.arithmetic_us == pytest.approx(52.4288) and run.arithmetic_ops == ("aten::tanh",)
-    assert run.saving_us == pytest.approx(26.7712)
+    assert run.saving_us == pytest.approx(63.5712)
 
 
 def test_cpu_fusion_finding_uses_the_hosts_calibration_and_says_so():
     a = _cpu_rank(tanh_us=100.0)
     ctx = context([a], total_us=200, trace_kind="cpu")
     # measured on the host at 2 threads (the most measured; the trace says nothing of its threads):
-    # tanh 0.02 ns per element → 20.97152 µs; loop 52.8 + 20.97152; saving 58.22848 µs
+    # tanh 0.02 ns per element → 20.97152 µs; loop 16 + 20.97152; saving 95.02848 µs
     f = fusion.fusion(_calibrated(ctx, {"1": {"tanh": 0.04}, "2": {"tanh": 0.02, "exp": 0.1}}))[0].finding
-    assert f.est_saving_us == pytest.approx(132 - 52.8 - 20.97152)
-    assert "plus 21 µs for tanh in the compiled loop" in f.evidence[1]
+    assert f.est_saving_us == pytest.approx(132 - 16 - 20.97152)
+    assert "16.8 MB would take 16 µs at the best op's 1.05 TB/s, plus 21 µs for tanh in the compiled loop" in f.evidence[1]
     assert "Inductor's ns per element, measured on this host by bwdiag calibrate, 2 threads" in f.evidence[1]
     # without a calibration of the trace's host: the eager tanh's time beyond twice its bytes at the
-    # run's best bandwidth (100 − 2 · 8 = 84 µs, as on a GPU), but added to the bytes: 52.8 + 84 > 132,
-    # so fusing saves nothing and there is no finding
-    assert fusion.fusion(ctx) == []
+    # run's best bandwidth (100 − 2 · 8 = 84 µs, as on a GPU), added to the bytes: 132 − 16 − 84 = 32 µs
+    (f,) = [r.finding for r in fusion.fusion(ctx)]
+    assert f.est_saving_us == pytest.approx(32.0)
     (run,) = fusable_runs(a.activities, a.trace.ops, loop_ns={})
-    assert run.serial and run.arithmetic_us == pytest.approx(84.0) and run.saving_us == 0.0
-    a = _cpu_rank(tanh_us=30.0)  # 30 − 16 = 14 µs of arithmetic; memory 62 · 16/40 = 24.8 → 62 − 38.8
-    (f,) = [r.finding for r in fusion.fusion(context([a], total_us=200, trace_kind="cpu"))]
-    assert f.est_saving_us == pytest.approx(62 - 24.8 - 14)
+    assert run.serial and run.arithmetic_us == pytest.approx(84.0) and run.saving_us == pytest.approx(32.0)
+    a = _cpu_rank(tanh_us=150.0)  # 150 − 16 = 134 µs of arithmetic + 16 of bytes: the 182 µs chain saves 32
+    (f,) = [r.finding for r in fusion.fusion(context([a], total_us=300, trace_kind="cpu"))]
+    assert f.est_saving_us == pytest.approx(182 - 16 - 134)
     assert "from the eager ops' time beyond their bytes" in f.evidence[1]
+
+
+def test_ops_that_feed_one_another_are_priced_as_a_chain():
+    a = _cpu_rank(tanh_us=100.0, third="aten::sigmoid")  # mul → tanh → sigmoid → add
+    alone, chained = {"tanh": 0.02, "sigmoid": 0.005}, {"tanh": 0.03, "sigmoid": 0.01}
+    # two priced ops in one loop, sigmoid reading tanh's output: 1,048,576 × (0.03 + 0.01) ns = 41.94304 µs
+    # (side by side they would cost 1,048,576 × 0.025 = 26.2144); memory 16 → saving 132 − 16 − 41.94304
+    (run,) = fusable_runs(a.activities, a.trace.ops, loop_ns=alone, chained_ns=chained)
+    assert run.chained and run.arithmetic_us == pytest.approx(41.94304)
+    assert run.saving_us == pytest.approx(132 - 16 - 41.94304)
+    # a calibration made before chains were measured: the figures side by side
+    (run,) = fusable_runs(a.activities, a.trace.ops, loop_ns=alone)
+    assert not run.chained and run.arithmetic_us == pytest.approx(26.2144)
+    # one without a chained figure keeps its own: 1,048,576 × (0.03 + 0.005) = 36.70016 µs
+    (run,) = fusable_runs(a.activities, a.trace.ops, loop_ns=alone, chained_ns={"tanh": 0.03})
+    assert run.chained and run.arithmetic_us == pytest.approx(36.70016)
+    # one priced op (relu is no transcendental) chains with nothing: tanh's own 0.02 → 20.97152 µs
+    b = _cpu_rank(tanh_us=100.0)
+    (run,) = fusable_runs(b.activities, b.trace.ops, loop_ns=alone, chained_ns=chained)
+    assert not run.chained and run.arithmetic_us == pytest.approx(20.97152)
+    # the finding reads both tables from the calibration, at the trace's threads, and says so
+    ctx = _calibrated(context([a], total_us=200, trace_kind="cpu"), {"1": alone}, threads=1, chained={"1": chained})
+    (f,) = [r.finding for r in fusion.fusion(ctx)]
+    assert f.est_saving_us == pytest.approx(132 - 16 - 41.94304)
+    assert "plus 41.9 µs for tanh, sigmoid (each feeding the next) in the compiled loop" in f.evidence[1]
 
 
 def test_cpu_loop_is_priced_at_the_threads_the_trace_ran_with():
     a = _cpu_rank(tanh_us=100.0)
     table = {"1": {"tanh": 0.04}, "2": {"tanh": 0.025}}
-    # one thread, measured: 1,048,576 × 0.04 ns = 41.94304 µs → saving 132 − 52.8 − 41.94304 = 37.25696 µs
+    # one thread, measured: 1,048,576 × 0.04 ns = 41.94304 µs → saving 132 − 16 − 41.94304 = 74.05696 µs
     f = fusion.fusion(_calibrated(context([a], total_us=200, trace_kind="cpu"), table, threads=1))[0].finding
-    assert f.est_saving_us == pytest.approx(37.25696)
-    # four threads, not measured: the one-thread figure ÷ 4 = 0.01 ns → 10.48576 µs → saving 68.71424 µs
+    assert f.est_saving_us == pytest.approx(74.05696)
+    # four threads, not measured: the one-thread figure ÷ 4 = 0.01 ns → 10.48576 µs → saving 105.51424 µs
     f = fusion.fusion(_calibrated(context([a], total_us=200, trace_kind="cpu"), table, threads=4))[0].finding
-    assert f.est_saving_us == pytest.approx(132 - 52.8 - 10.48576)
+    assert f.est_saving_us == pytest.approx(132 - 16 - 10.48576)
     assert "one-thread figures ÷ the trace's 4 threads" in f.evidence[1]
 
 
@@ -170,40 +198,40 @@ def _dropout_rank(dropout_us: float):
 
 def test_a_fused_loop_still_draws_dropouts_random_numbers():
     # Eager dropout 6,000 µs over 1 Mi floats (≈5.7 ns each: ATen's bernoulli_, as on the Intel dev VM).
-    # Bytes: 28 MiB in 6,020 µs; saved 2 × (4 + 4) = 16 MiB of intermediates → memory floor
-    # 6,020 · 12/28 = 2,580 µs.
+    # Bytes: 28 MiB in 6,020 µs; saved 2 × (4 + 4) = 16 MiB of intermediates → memory floor: 12 MiB at
+    # the best op's line (add: 12 MiB in 12 µs) = 12 µs.
     a = _dropout_rank(6000.0)
     # Inductor draws each element's number too: 1,048,576 × 7 ns = 7,340.032 µs, more than the eager
-    # kernel took → the fused loop (2,580 + 7,340) is slower than the three ops: no saving
+    # kernel took → the fused loop (12 + 7,340) is slower than the three ops: no saving
     (run,) = fusable_runs(a.activities, a.trace.ops, loop_ns={"dropout": 7.0})
     assert run.arithmetic_ops == ("aten::dropout",) and run.arithmetic_us == pytest.approx(7340.032)
     assert run.saving_us == 0.0
-    # at 2 ns an element (a host whose Inductor draws fast): 6,020 − 2,580 − 2,097.152 = 1,342.848 µs
+    # at 2 ns an element (a host whose Inductor draws fast): 6,020 − 12 − 2,097.152 = 3,910.848 µs
     (run,) = fusable_runs(a.activities, a.trace.ops, loop_ns={"dropout": 2.0})
-    assert run.saving_us == pytest.approx(6020 - 2580 - 2097.152)
+    assert run.saving_us == pytest.approx(6020 - 12 - 2097.152)
     # uncalibrated: the eager draw's time beyond twice its bytes at the run's best bandwidth stays in
     # the loop (best: add's 12 MiB in 12 µs; dropout's 8 MiB → 16 µs; 6,000 − 16 = 5,984 µs) — it is
-    # not the memory traffic fusion removes
+    # not the memory traffic fusion removes: 6,020 − 12 − 5,984 = 24 µs saved
     (run,) = fusable_runs(a.activities, a.trace.ops, loop_ns={})
-    assert run.arithmetic_us == pytest.approx(6000 - 16.0) and run.saving_us == 0.0
+    assert run.arithmetic_us == pytest.approx(6000 - 16.0) and run.saving_us == pytest.approx(24.0)
 
 
 def test_cpu_loop_arithmetic_counts_in_the_recorded_windows_terms():
     # The 200 µs window holds two recorded steps, 120 (a slow first step) and 80 µs: 100 on average;
     # `bwdiag run` timed the steps after it at 80 µs each. The eager ops and the bytes' time are the
     # recording's; the calibrated tanh (0.02 ns × 1,048,576 = 20.97152 µs) is the plain script's speed,
-    # so it counts × 100 / 80 = 1.25 in the window: 26.2144 µs, saving 132 − 52.8 − 26.2144 = 52.9856 µs.
-    # The views give it per plain step as × 80 / 200: 21.2 µs.
+    # so it counts × 100 / 80 = 1.25 in the window: 26.2144 µs, saving 132 − 16 − 26.2144 = 89.7856 µs.
+    # The views give it per plain step as × 80 / 200: 35.9 µs.
     a = _cpu_rank(tanh_us=100.0)
     ctx = _calibrated(context([a], total_us=200, trace_kind="cpu"), {"2": {"tanh": 0.02}})
     t = dataclasses.replace(ctx.diagnosis.time, step_us=100.0, step_durations_us=(120.0, 80.0), unprofiled_step_us=80.0)
     ctx = dataclasses.replace(ctx, diagnosis=dataclasses.replace(ctx.diagnosis, time=t))
     assert ctx.recorded_stretch == pytest.approx(1.25)
     f = fusion.fusion(ctx)[0].finding
-    assert f.est_saving_us == pytest.approx(132 - 52.8 - 1.25 * 20.97152)
+    assert f.est_saving_us == pytest.approx(132 - 16 - 1.25 * 20.97152)
     assert "plus 26.2 µs for tanh" in f.evidence[1], f.evidence[1]
     assert "× 1.25: the recorded steps took 100 µs on average, 80 µs without the profiler" in f.evidence[1]
-    assert "(21.2 µs per step as run without the profiler)" in f.evidence[1]
+    assert "(35.9 µs per step as run without the profiler)" in f.evidence[1]
     # a GPU trace keeps its kernels' own times: no stretch
     gpu = dataclasses.replace(ctx, diagnosis=dataclasses.replace(
         ctx.diagnosis, source=dataclasses.replace(ctx.diagnosis.source, trace_kind="gpu")))

@@ -488,6 +488,15 @@ def test_quick_calibration_is_positive_and_round_trips(calibrated, monkeypatch):
     assert all(set(per_op) == set(PROBE_OPS) and all(0 <= ns < 100 for ns in per_op.values())
                for per_op in by_threads.values())
     assert by_threads["1"]["tanh"] > 0 and torch.get_num_threads() == int(max(by_threads, key=int))
+    # ... and chained (each application feeding the next), every op but dropout's draw: a dependent tanh
+    # is no cheaper than independent ones (2.02 against 1.57 ns on the Intel Xeon VM; 0.9×: noise of a
+    # quick calibration's 256 k elements)
+    from bwdiag.hardware.pointwise_probe import CHAINED_OPS
+    chained = pointwise["chained_ns_per_element"]
+    assert set(chained) == set(by_threads) and "dropout" not in CHAINED_OPS
+    assert all(set(per_op) == set(CHAINED_OPS) and all(0 <= ns < 100 for ns in per_op.values())
+               for per_op in chained.values())
+    assert chained["1"]["tanh"] >= 0.9 * by_threads["1"]["tanh"] > 0
     assert read_calibration("cpu").to_record()["values"]["compiled_pointwise"] == pointwise
     # and the process reads as never having compiled (bwdiag's capture skips its module annotations
     # once torch.compile has graphs)

@@ -23,11 +23,13 @@ memory time, so a chain through them is compute-bound once fused. Elementwise op
 of their fresh outputs, which fusion removes too, so it is not part of the floor.
 
 On a CPU thread (a run of CPU ops, given ``loop_ns``) the fused loop's two costs add up instead: one
-thread reads, evaluates and writes element after element, so the loop takes its memory floor *plus*
-the arithmetic, and that arithmetic is what Inductor's generated code costs per element on the host
+thread reads, evaluates and writes element after element, so the loop takes its memory floor (its bytes
+at the best line an op of the run reached: :attr:`Run.memory_floor_us`) *plus* the arithmetic, and that arithmetic is what Inductor's generated code costs per element on the host
 (:mod:`.compiled_loops`: ``bwdiag calibrate`` measures it; ATen's eager kernel, which the trace timed,
 can be 2× faster or 5× slower than it), elements × ns for each op it measured — the rule above for
-any other transcendental op.
+any other transcendental op. Two or more such ops in one run feed each other (the run's dataflow
+test), and evaluated one after the other on each element they cost more than side by side: given
+``chained_ns``, the calibration's figures for ops in a chain price them (``Run.chained``).
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ class Run:
     best_bytes_per_s: float = 0.0  # the highest bandwidth an op of the run reached (the memory line)
     arithmetic_ops: tuple = ()  # names of the ops that contributed to ``arithmetic_us``
     serial: bool = False  # a CPU thread's loop: memory and arithmetic add up (else the larger bounds it)
+    chained: bool = False  # its ops' arithmetic priced as ops feeding one another (``loop_arithmetic``)
 
     @property
     def achieved_bytes_per_s(self) -> float:
@@ -101,8 +104,16 @@ class Run:
 
     @property
     def memory_floor_us(self) -> float:
-        """The fused loop's memory time: the bytes it still moves at the run's achieved bandwidth."""
-        return (self.bytes - self.saved_bytes) / self.achieved_bytes_per_s * 1e6
+        """The fused loop's memory time: the bytes it still moves at the run's achieved bandwidth; on a
+        CPU thread (``serial``) at the best any op of the run reached. There the run's average would count
+        twice what the loop adds on top of its bytes (the transcendental ops' time is in the average
+        *and* in the arithmetic), and what else held the eager ops below the line — a page fault per 4 KiB
+        of each fresh output — the fused loop pays for its one output only: on the benchmarks' 9-op chain
+        (Intel Xeon VM, 8 Dec 2026) every eager op took 0.9–1.2 ms for 8 MiB outputs whatever its
+        arithmetic, 14.1 GB/s on average and 20.7 for the best (``mul``), and the fused loop without its
+        ``sigmoid`` and ``tanh`` moved its 33.5 MB in 1.3 ms."""
+        rate = self.best_bytes_per_s if self.serial and self.best_bytes_per_s > 0 else self.achieved_bytes_per_s
+        return (self.bytes - self.saved_bytes) / rate * 1e6
 
     @property
     def compute_bound(self) -> bool:
@@ -125,10 +136,12 @@ class Run:
 
 
 def fusable_runs(acts: pd.DataFrame, ops: pd.DataFrame, min_kernels: int = 2,
-                 loop_ns: Mapping[str, float] | None = None) -> list[Run]:
+                 loop_ns: Mapping[str, float] | None = None,
+                 chained_ns: Mapping[str, float] | None = None) -> list[Run]:
     """Every run of at least ``min_kernels`` fusable kernels, per stream, in time order. ``loop_ns``:
     ns per element each op adds to a compiled CPU loop (:func:`.compiled_loops.loop_costs`); given, a
-    run of CPU ops is priced as a CPU loop (``Run.serial``)."""
+    run of CPU ops is priced as a CPU loop (``Run.serial``). ``chained_ns``: the same where the ops feed
+    one another (:func:`.compiled_loops.chained_costs`)."""
     if acts.empty:
         return []
     # map(str), not astype(str): astype keeps a missing stream missing, and lexsort cannot order str with NaN
@@ -153,19 +166,19 @@ def fusable_runs(acts: pd.DataFrame, ops: pd.DataFrame, min_kernels: int = 2,
     stream = step = None
     for k, pos in enumerate(order.tolist()):
         if stream_of[k] != stream or (step_of[k] != step and not skip[k]):
-            _close(current, cols, ops, runs, min_kernels, loop_ns)
+            _close(current, cols, ops, runs, min_kernels, loop_ns, chained_ns)
             current, prev_out, stream, step = [], None, stream_of[k], step_of[k]
         if skip[k]:
             continue
         out = out_of[k]
         if out != out or (prev_out is not None and prev_out not in args.sizes[args.sig[k]]):  # NaN: ends a run
-            _close(current, cols, ops, runs, min_kernels, loop_ns)
+            _close(current, cols, ops, runs, min_kernels, loop_ns, chained_ns)
             current, prev_out = [], None
             if out != out:
                 continue
         current.append(pos)
         prev_out = out
-    _close(current, cols, ops, runs, min_kernels, loop_ns)
+    _close(current, cols, ops, runs, min_kernels, loop_ns, chained_ns)
     return runs
 
 
@@ -198,7 +211,7 @@ def _fusable(acts: pd.DataFrame) -> np.ndarray:
 
 
 def _close(rows: list[int], cols: dict, ops: pd.DataFrame, runs: list[Run], min_kernels: int,
-           loop_ns: Mapping[str, float] | None = None) -> None:
+           loop_ns: Mapping[str, float] | None = None, chained_ns: Mapping[str, float] | None = None) -> None:
     if len(rows) < min_kernels:
         return
     # Bytes per op (an op's kernels share its traffic), in time order of the op's first kernel.
@@ -224,12 +237,13 @@ def _close(rows: list[int], cols: dict, ops: pd.DataFrame, runs: list[Run], min_
     if saved > 0 and time_us > 0:
         members = [(op_name[o], per_op[o], op_us[o]) for o in per_op]
         serial = loop_ns is not None and all(cols["kind"][r] == "cpu_op" for r in rows)
+        chained = False
         if serial:
             elements = [max((n for n, _ in tensor_sizes(ops, o)), default=0) for o in per_op]
-            best, arithmetic, names = loop_arithmetic(members, elements, loop_ns)
+            best, arithmetic, names, chained = loop_arithmetic(members, elements, loop_ns, chained_ns)
         else:
             best, arithmetic, names = arithmetic_floor(members)
-        runs.append(Run(np.asarray(rows), total, saved, time_us, arithmetic, best, names, serial))
+        runs.append(Run(np.asarray(rows), total, saved, time_us, arithmetic, best, names, serial, chained))
 
 
 def arithmetic_floor(ops: list[tuple[str, float, float]]) -> tuple[float, float, tuple]:
@@ -249,20 +263,25 @@ def arithmetic_floor(ops: list[tuple[str, float, float]]) -> tuple[float, float,
     return best, float(sum(extra.values())), tuple(extra)
 
 
-def loop_arithmetic(ops: list[tuple[str, float, float]], elements: list[int], loop_ns: Mapping[str, float]
-                    ) -> tuple[float, float, tuple]:
-    """:func:`arithmetic_floor` for a compiled CPU loop: an op ``loop_ns`` prices (by
-    :func:`.compiled_loops.op_key`) costs its elements × that many ns, whatever its eager kernel took;
-    any other transcendental op, what :func:`arithmetic_floor` gives it."""
+def loop_arithmetic(ops: list[tuple[str, float, float]], elements: list[int], loop_ns: Mapping[str, float],
+                    chained_ns: Mapping[str, float] | None = None) -> tuple[float, float, tuple, bool]:
+    """:func:`arithmetic_floor` for a compiled CPU loop, and whether its ops were priced as a chain: an
+    op ``loop_ns`` prices (by :func:`.compiled_loops.op_key`) costs its elements × that many ns, whatever
+    its eager kernel took — where two or more such ops share the loop, ``chained_ns``' figure (ops that
+    feed one another) where it has one; any other transcendental op, what :func:`arithmetic_floor`
+    gives it."""
     best, _, _ = arithmetic_floor(ops)
+    priced = [op_key(name) for (name, _, _), n in zip(ops, elements) if n > 0 and op_key(name) in loop_ns]
+    chained = len(priced) >= 2 and any(k in (chained_ns or {}) for k in priced)
+    prices = {**loop_ns, **(chained_ns or {})} if chained else loop_ns
     extra: dict[str, float] = {}
     for (name, b, us), n in zip(ops, elements):
-        ns = loop_ns.get(op_key(name))
+        ns = prices.get(op_key(name)) if op_key(name) in loop_ns else None
         if ns is not None and n > 0:
             extra[name] = extra.get(name, 0.0) + n * ns / 1e3
         elif best > 0 and TRANSCENDENTAL.match(name) and (over := us - ARITHMETIC_MARGIN * b / best * 1e6) > 0:
             extra[name] = extra.get(name, 0.0) + over
-    return best, float(sum(extra.values())), tuple(extra)
+    return best, float(sum(extra.values())), tuple(extra), chained
 
 
 def _arrays(acts: pd.DataFrame) -> dict[str, np.ndarray]:

@@ -16,6 +16,13 @@ the fused loop 14.8 ms of bytes over its 4 runs, Inductor's ``sigmoid`` and ``ta
 came from the eager ``tanh`` and only the larger of the two counted: 8.10 ms predicted, 5.26 realised
 (0.65).
 
+Ops that feed one another cost more than the probe's independent copies (:func:`chained_costs`): on the
+Intel Xeon VM of 8 Dec 2026 the chain's ``sigmoid`` and ``tanh`` added 2.61 ns per element to its
+compiled loop, against 1.91 for the two side by side and 2.46 chained. Priced side by side, and with its
+bytes at the eager ops' average bandwidth (page faults and ``tanh``'s own time in it), the chain's
+``whatif.py`` ratio was 0.61–0.82 over four runs on that VM; chained, at the best op's line
+(:attr:`.chains.Run.memory_floor_us`), 1.07.
+
 The figures are the plain script's speed, while the eager ops and the bytes' time are the recording's:
 the fusion rule counts the arithmetic × :attr:`~.base.RuleContext.recorded_stretch` (the mean recorded
 step ÷ the step timed without the profiler), the ratio by which the views turn the window back into the
@@ -42,9 +49,21 @@ def loop_costs(ctx) -> tuple[Mapping[str, float], str]:
     figures ÷ its threads (a loop over a large tensor splits evenly). Without such a calibration: no
     figures (``{}``) — another host's Inductor can be 2× faster or 5× slower than this one's, and the
     trace's own eager ops are the better guess (:func:`.chains.loop_arithmetic` falls back on them)."""
+    return _at_threads(ctx, "ns_per_element")
+
+
+def chained_costs(ctx) -> Mapping[str, float]:
+    """:func:`loop_costs`' figures for ops that feed one another in the loop (each op's output the
+    next one's input: ``sigmoid → mul → tanh``), which cost more per element than the same ops side by
+    side (:mod:`bwdiag.hardware.pointwise_probe`); ``{}`` for a calibration made before they were
+    measured."""
+    return _at_threads(ctx, "chained_ns_per_element")[0]
+
+
+def _at_threads(ctx, key: str) -> tuple[Mapping[str, float], str]:
     values = (ctx.diagnosis.device.calibration or {}).get("values") or {}
     measured = values.get("compiled_pointwise")
-    table = measured.get("ns_per_element") if isinstance(measured, Mapping) else None
+    table = measured.get(key) if isinstance(measured, Mapping) else None
     if not _valid(table):
         return {}, UNCALIBRATED
     source = "Inductor's ns per element, measured on this host by bwdiag calibrate"

@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 
 from bwdiag.diagnose.findings.base import RuleContext, RuleResult
 from bwdiag.diagnose.findings.chains import fusable_runs
-from bwdiag.diagnose.findings.compiled_loops import loop_costs
+from bwdiag.diagnose.findings.compiled_loops import chained_costs, loop_costs
 from bwdiag.diagnose.findings.helpers import fmt_bandwidth, fmt_bytes, fmt_time, generic_module, in_optimizer_step, op_chain
 from bwdiag.diagnose.model import FindingKind
 
@@ -43,15 +43,16 @@ _GELU = re.compile(r"gelu", re.I)
 def fusion(ctx: RuleContext) -> list[RuleResult]:
     """Runs of unfused memory-bound kernels over same-size tensors, one finding per repeated pattern."""
     patterns: dict[tuple, list] = defaultdict(list)  # op-name sequence -> [(rank, run)]
-    loop_ns = None
+    loop_ns = chained_ns = None
     if ctx.is_cpu:  # a CPU trace: the fused loop is Inductor's C++, its arithmetic at the plain script's speed
         stretch = ctx.recorded_stretch
         loop_ns = {op: ns * stretch for op, ns in loop_costs(ctx)[0].items()}
+        chained_ns = {op: ns * stretch for op, ns in chained_costs(ctx).items()}
     for rank_pos, a in enumerate(ctx.analyses):
         taken = ctx.claimed(rank_pos)  # eager attention, layout copies, cast round trips: reported already
         op_names = a.activities["op_name"].to_numpy()
         optimizer = in_optimizer_step(a)
-        for run in fusable_runs(a.activities, a.trace.ops, loop_ns=loop_ns):
+        for run in fusable_runs(a.activities, a.trace.ops, loop_ns=loop_ns, chained_ns=chained_ns):
             if taken.intersection(run.rows.tolist()):
                 continue
             if optimizer[run.rows].any():
@@ -127,20 +128,26 @@ def _loss_module(ctx: RuleContext) -> str | None:
 def _saving_line(ctx: RuleContext, runs: list, unit: str, saving: float) -> str:
     """How the saving was worked out: the saved bytes at the achieved bandwidth; where the
     transcendental ops' arithmetic outlasts the fused loop's bytes, unfused time − that arithmetic; on
-    a CPU thread, unfused time − (the fused loop's bytes + its arithmetic)."""
+    a CPU thread, unfused time − (the fused loop's bytes at the best op's bandwidth + its arithmetic)."""
     n = ctx.ranks
     bytes_total = sum(r.bytes for r in runs) / n
     saved_total = sum(r.saved_bytes for r in runs) / n
     time_total = sum(r.time_us for r in runs) / n
     bw = bytes_total / (time_total / 1e6)
     line = f"unfused {unit} move {fmt_bytes(bytes_total)} in {fmt_time(time_total)} ({fmt_bandwidth(bw)} achieved); "
-    if all(r.serial for r in runs) and any(r.arithmetic_us > 0 for r in runs):
-        # a CPU loop: bytes and arithmetic add up, the arithmetic priced as Inductor's code on the host
+    if all(r.serial for r in runs):
+        # a CPU loop: its bytes at the best op's line, and its arithmetic priced as Inductor's code on the
+        # host on top (one thread does both in turn)
         memory = sum(r.memory_floor_us for r in runs) / n
         arith = sum(r.arithmetic_us for r in runs) / n
+        lo, hi = (fmt_bandwidth(f(r.best_bytes_per_s for r in runs)) for f in (min, max))
+        line_rate = f"the best op's {hi}" if lo == hi else f"each run's best op ({lo}–{hi})"
+        line += f"fused, {fmt_bytes(bytes_total - saved_total)} would take {fmt_time(memory)} at {line_rate}"
+        if arith <= 0:
+            return line + f" → saves {fmt_time(time_total)} − {fmt_time(memory)} = {ctx.per_step(saving)}"
         ops = ", ".join(dict.fromkeys(str(o).removeprefix("aten::") for r in runs for o in r.arithmetic_ops))
-        return (line + f"fused, {fmt_bytes(bytes_total - saved_total)} would take {fmt_time(memory)} at that "
-                       f"bandwidth, plus {fmt_time(arith)} for {ops} in the compiled loop "
+        ops += " (each feeding the next)" * any(r.chained for r in runs)
+        return (line + f", plus {fmt_time(arith)} for {ops} in the compiled loop "
                        f"({loop_costs(ctx)[1]}{_stretch_note(ctx)}) — one CPU thread does both in turn → saves "
                        f"{fmt_time(time_total)} − {fmt_time(memory + arith)} = {ctx.per_step(saving)}")
     bound = [r for r in runs if r.compute_bound]
