@@ -169,6 +169,9 @@ def test_gloo_blocking_allreduce_finding_with_its_saving_and_no_bf16_advice(gloo
         assert comm["title"] in titles
         assert comm["est_saving_us"] == 0.0 and d["findings"][-1] is comm
         assert f"this host has {cores} cores for 2 ranks" in " ".join(comm["evidence"])
+        # its fix is for another host, and says so before the code
+        assert comm["fix"].startswith(f"# for a host with 2 cores or more per rank; on this one ({cores} cores, 2 ranks) "
+                                      "it saves nothing")
     # Its evidence: the fastest rank's mean call and the algbw it implies, the DDP bucket named as DDP's.
     from bwdiag.units import fmt_bandwidth, fmt_time
     lines = {f"the script's all_reduce of 16.8 MB fp32 ×4: {fmt_time(c)} per call on the fastest rank "
