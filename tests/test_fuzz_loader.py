@@ -127,3 +127,18 @@ def test_cpu_ops_with_missing_or_text_thread_ids(scratch):
     diagnosis = pipeline.analyze([path])
     assert diagnosis.source.trace_kind == "cpu"
     assert sum(k.count for k in diagnosis.kernels) > 0
+
+
+def test_runtime_calls_with_a_missing_thread_id(scratch):
+    """Found by this fuzz: a launch whose tid is missing (null, or no key) broke the what-if graph's host
+    lanes (NaN + "@0")."""
+    doc = json.loads(TEXT)
+    launches = [e for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"]
+    assert len(launches) >= 2
+    launches[0]["tid"] = None
+    launches[1].pop("tid")
+    path = scratch / "runtime_no_tid.json"
+    path.write_text(json.dumps(doc))
+    diagnosis = pipeline.analyze([path])
+    assert diagnosis.source.trace_kind == "gpu"
+    orjson.loads(render_json(diagnosis))

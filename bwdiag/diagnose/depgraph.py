@@ -220,7 +220,8 @@ def _gpu_rank(nodes: _Nodes, pos: int, a, t0: float, n_of: np.ndarray) -> None:
     calls = rt[launcher | is_sync] if len(rt) else rt
     if len(calls):  # a runtime call and its driver call share a correlation: keep the first
         calls = calls[~(calls["correlation"].duplicated() & calls["correlation"].notna())]
-    h_ids = nodes.add(calls["tid"].astype(str).to_numpy() + f"@{pos}", pos, np.full(len(calls), -1), True,
+    # map(str), not astype(str): astype keeps a missing tid missing (NaN), and NaN + "@0" is a TypeError
+    h_ids = nodes.add(calls["tid"].map(str).to_numpy(dtype=object) + f"@{pos}", pos, np.full(len(calls), -1), True,
                       calls["ts"].to_numpy(float) - t0, calls["end"].to_numpy(float) - t0)
     h_sync = name_matches(calls["name"], SYNC_CALLS) if len(calls) else np.zeros(0, bool)
 
