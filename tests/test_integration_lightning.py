@@ -174,7 +174,12 @@ def test_trainer_idle_time_is_named_by_findings(tmp_path: Path) -> None:
     fused = next((_us(m[1], m[2]) for e in top.evidence if (m := re.search(r", and ([\d.,]+) (ms|µs) of the \S+ \S+ that", e))),
                  0.0)  # the own time of tiny ops the compiled step fuses away, as the plain script pays it
     plain = max(0.0, share * gaps + fused - kept)
-    assert top.est_saving_us == pytest.approx(plain * t.step_us / t.unprofiled_step_us, rel=0.03, abs=5.0)
+    # carried to the window by the mean recorded step ÷ the unprofiled one (a slow step on a loaded host
+    # is in the window's total); the evidence prints the share to 1 % and the gaps to 3 figures, so the
+    # figures read back are good to 0.5 % of the gaps each
+    durations = [s for s in t.step_durations_us if s > 0]
+    stretch = sum(durations) / len(durations) / t.unprofiled_step_us
+    assert top.est_saving_us == pytest.approx(plain * stretch, rel=0.01, abs=0.01 * gaps * stretch)
     assert "optimizer step" in " ".join(top.evidence)  # Lightning's optimizer closure holds most gaps
     (loader,) = [f for f in d.findings if f.kind == "data_loader"]
     # the loader runs on the main thread (num_workers=0): a worker per core beside it, four at most
