@@ -94,7 +94,8 @@ def _probe(torch: Any, quick: bool, thread_counts: list[int]) -> dict[str, Any]:
     bases = {grad: torch.compile(_summed(None, f"base_{'grad' if grad else 'plain'}")) for grad in inputs}
     affine = {name: CHAIN_AFFINE.get(name, DEFAULT_AFFINE) for name in CHAINED_OPS}
     chained = {name: torch.compile(_chained(fns[name], name, *affine[name])) for name in CHAINED_OPS}
-    chain_bases = {ab: torch.compile(_chained(None, f"base_{k}", *ab)) for k, ab in enumerate(sorted(set(affine.values())))}
+    chain_bases = {ab: torch.compile(_chained(None, f"base_{k}", *ab))
+                   for k, ab in enumerate(sorted(set(affine.values())))}
     timed = ([(fn, inputs[grad]) for grad, fn in bases.items()]
              + [(fn, inputs[name in TRAINING_OPS]) for name, fn in compiled.items()]
              + [(fn, x) for fn in (*chained.values(), *chain_bases.values())])

@@ -24,7 +24,8 @@ of their fresh outputs, which fusion removes too, so it is not part of the floor
 
 On a CPU thread (a run of CPU ops, given ``loop_ns``) the fused loop's two costs add up instead: one
 thread reads, evaluates and writes element after element, so the loop takes its memory floor (its bytes
-at the best line an op of the run reached: :attr:`Run.memory_floor_us`) *plus* the arithmetic, and that arithmetic is what Inductor's generated code costs per element on the host
+at the best line an op of the run reached: :attr:`Run.memory_floor_us`) *plus* the arithmetic, and that
+arithmetic is what Inductor's generated code costs per element on the host
 (:mod:`.compiled_loops`: ``bwdiag calibrate`` measures it; ATen's eager kernel, which the trace timed,
 can be 2× faster or 5× slower than it), elements × ns for each op it measured — the rule above for
 any other transcendental op. Two or more such ops in one run feed each other (the run's dataflow
